@@ -1,0 +1,30 @@
+// Views of weight matrices in memory, whatever their encoding. Non-owning.
+#pragma once
+
+#include <cstdint>
+
+namespace moetier {
+
+enum class WeightEncoding : uint8_t { F32, BF16, MXFP4, CB3 };
+
+// A row-major matrix [rows, cols].
+//   F32/BF16: data -> rows*cols elements.
+//   MXFP4:    data -> [rows, cols/2] bytes, e2m1 pairs, low nibble = even
+//             column; scales -> [rows, cols/32] e8m0 bytes.
+//   CB3:      reserved for the repacked 3-bit codebook format.
+struct MatView {
+  WeightEncoding enc = WeightEncoding::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+  const uint8_t* scales = nullptr;
+};
+
+// One SwiGLU expert: down(silu(gate x) * up x).
+struct ExpertView {
+  MatView gate;  // [I, H]
+  MatView up;    // [I, H]
+  MatView down;  // [H, I]
+};
+
+}  // namespace moetier
