@@ -1,0 +1,35 @@
+// ExpertProvider: how the runtime gets the weights of the experts it routed to.
+//
+// Protocol (single caller thread per provider; the provider may use I/O
+// threads internally):
+//   1. The runtime routes a chunk of tokens for one layer and collects the
+//      distinct experts it needs, at most max_batch() at a time.
+//   2. It calls acquire(layer, ids, phase, views). On return every view is
+//      valid and fully loaded (never partially read bytes), or acquire threw
+//      Error and no view is valid.
+//   3. Views stay valid until the next acquire() call on this provider.
+// Implementations: MappedExperts (all resident, views into the checkpoint's
+// mmap; src/runtime) and the arena-backed store (src/experts, issue 3).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace moetier {
+
+enum class Phase : uint8_t { Prefill, Decode };
+
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+  // Largest number of distinct experts one acquire() call may ask for.
+  virtual int64_t max_batch() const = 0;
+  // views.size() == ids.size() on return; views[i] belongs to ids[i].
+  virtual void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,
+                       std::vector<ExpertView>& views) = 0;
+};
+
+}  // namespace moetier
