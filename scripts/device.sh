@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The one script run on the GPU machine (see docs/device.md). Steps, any subset:
+#   fixtures   regenerate tests/data/fixtures with transformers (golden references)
+#   tokrefs    HF tokenizers reference ids for the test corpus (tests/data/tokenizer_refs)
+#   build      configure + build with CUDA, run every test (the `cuda` label included)
+#   train      train the embedded model (scripts/device_train.sh)
+# Results are copied into $OUT (at most 8 files come back).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+for step in "$@"; do
+  echo "=== $step ($(date +%T))"
+  case $step in
+    fixtures)
+      python3 scripts/gen_fixtures.py --out tests/data/fixtures 2>&1 | tee "$OUT/fixtures.log"
+      tar czf "$OUT/fixtures.tgz" tests/data/fixtures ;;
+    tokrefs)
+      python3 scripts/tokenizer_refs.py --out tests/data/tokenizer_refs \
+        tests/data/fixtures/qwen3moe-bf16/tokenizer.json \
+        tests/data/external/qwen3/tokenizer.json tests/data/external/deepseek_v3/tokenizer.json \
+        2>&1 | tee "$OUT/tokrefs.log"
+      tar czf "$OUT/tokrefs.tgz" tests/data/tokenizer_refs ;;
+    build)
+      cmake -S . -B build-gpu -G Ninja -DMOETIER_CUDA=ON -DMOETIER_WERROR=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
+        ninja -C build-gpu >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; continue; }
+      (cd build-gpu && ctest --output-on-failure -j8 2>&1 | tee "$OUT/ctest.log" | tail -25) ;;
+    train)
+      bash scripts/device_train.sh 2>&1 | tee "$OUT/train.log" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
