@@ -23,6 +23,12 @@ for step in "$@"; do
         2>&1 | tee "$OUT/tokrefs.log"
       tar czf "$OUT/tokrefs.tgz" tests/data/tokenizer_refs ;;
     build)
+      # The GPU image lacks PCRE2 and utf8proc headers: unpack the carried
+      # Debian packages (.carry/debs, fetched by scripts/fetch_device_debs.sh).
+      for f in .carry/debs/libpcre2-dev_*.deb .carry/debs/libutf8proc*.deb; do
+        [ -f "$f" ] && dpkg -x "$f" /
+      done
+      ldconfig
       cmake -S . -B build-gpu -G Ninja -DMOETIER_CUDA=ON -DMOETIER_WERROR=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
         ninja -C build-gpu >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; continue; }
