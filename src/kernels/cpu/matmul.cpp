@@ -1,0 +1,158 @@
+// Y [n, rows] = X [n, cols] W^T for f32, bf16 and mxfp4 weights.
+//
+// Work split: rows are cut into blocks of kBlock; OpenMP threads take blocks.
+// n <= kDirectMax: each row is decoded in registers inside the dot product.
+// Otherwise rows are decoded four at a time into a per-thread f32 scratch
+// [4, cols] and every token's row of X is dotted against all four at once,
+// so each weight byte is decoded once per call and each X load feeds 4 FMAs.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/matview.h"
+
+namespace moetier::cpu {
+namespace {
+
+constexpr int64_t kBlock = 16;
+constexpr int64_t kDirectMax = 2;
+constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+inline float dot_f32(const float* w, const float* x, int64_t cols) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t c = 0; c < cols; ++c) acc += w[c] * x[c];
+  return acc;
+}
+
+inline float dot_bf16(const uint16_t* w, const float* x, int64_t cols) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t c = 0; c < cols; ++c) acc += bf16_to_f32(w[c]) * x[c];
+  return acc;
+}
+
+// One mxfp4 row: d [cols/2] code pairs, s [cols/32] e8m0 scales.
+inline float dot_mxfp4(const uint8_t* d, const uint8_t* s, const float* x, int64_t cols) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* db = d + b * 16;
+    const float* xb = x + b * 32;
+    float part = 0.0f;
+#pragma omp simd reduction(+ : part)
+    for (int j = 0; j < 16; ++j)
+      part += kE2m1[db[j] & 15] * xb[2 * j] + kE2m1[db[j] >> 4] * xb[2 * j + 1];
+    acc += part * e8m0_to_f32(s[b]);
+  }
+  return acc;
+}
+
+inline float dot_row(const MatView& w, int64_t r, const float* x) {
+  switch (w.enc) {
+    case WeightEncoding::F32:
+      return dot_f32(static_cast<const float*>(w.data) + r * w.cols, x, w.cols);
+    case WeightEncoding::BF16:
+      return dot_bf16(static_cast<const uint16_t*>(w.data) + r * w.cols, x, w.cols);
+    default:
+      return dot_mxfp4(static_cast<const uint8_t*>(w.data) + r * (w.cols / 2),
+                       w.scales + r * (w.cols / 32), x, w.cols);
+  }
+}
+
+// Row r of w as f32: a pointer into w (f32) or into dst [cols] (decoded).
+inline const float* decode_row(const MatView& w, int64_t r, float* dst) {
+  int64_t cols = w.cols;
+  if (w.enc == WeightEncoding::F32) return static_cast<const float*>(w.data) + r * cols;
+  if (w.enc == WeightEncoding::BF16) {
+    const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) dst[c] = bf16_to_f32(src[c]);
+    return dst;
+  }
+  const uint8_t* d = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+  const uint8_t* s = w.scales + r * (cols / 32);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float sc = e8m0_to_f32(s[b]);
+    for (int j = 0; j < 16; ++j) {
+      uint8_t byte = d[b * 16 + j];
+      dst[b * 32 + 2 * j] = kE2m1[byte & 15] * sc;
+      dst[b * 32 + 2 * j + 1] = kE2m1[byte >> 4] * sc;
+    }
+  }
+  return dst;
+}
+
+MOETIER_CLONES void rows_direct(const MatView& w, const float* x, int64_t n, float* y,
+                                int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_row(w, r, x + t * w.cols);
+}
+
+// Four decoded rows w0..w3 dotted with every row of X.
+inline void tile4(const float* w0, const float* w1, const float* w2, const float* w3,
+                  const float* x, int64_t n, int64_t cols, int64_t rows, int64_t r, float* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * cols;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+    for (int64_t c = 0; c < cols; ++c) {
+      a0 += w0[c] * xt[c];
+      a1 += w1[c] * xt[c];
+      a2 += w2[c] * xt[c];
+      a3 += w3[c] * xt[c];
+    }
+    float* yt = y + t * rows + r;
+    yt[0] = a0;
+    yt[1] = a1;
+    yt[2] = a2;
+    yt[3] = a3;
+  }
+}
+
+MOETIER_CLONES void rows_tiled(const MatView& w, const float* x, int64_t n, float* y, int64_t r0,
+                               int64_t r1, float* scratch /* [4, cols] */) {
+  int64_t cols = w.cols;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const float* w0 = decode_row(w, r, scratch);
+    const float* w1 = decode_row(w, r + 1, scratch + cols);
+    const float* w2 = decode_row(w, r + 2, scratch + 2 * cols);
+    const float* w3 = decode_row(w, r + 3, scratch + 3 * cols);
+    tile4(w0, w1, w2, w3, x, n, cols, w.rows, r, y);
+  }
+  for (; r < r1; ++r) {
+    const float* wr = decode_row(w, r, scratch);
+    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_f32(wr, x + t * cols, cols);
+  }
+}
+
+}  // namespace
+
+void set_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }
+int threads() { return omp_get_max_threads(); }
+
+void matmul(const MatView& w, const float* x, int64_t n, float* y) {
+  kernels::check_matview(w, "cpu::matmul");
+  if (n <= 0) return;
+  const int64_t blocks = (w.rows + kBlock - 1) / kBlock;
+  const bool parallel = blocks > 1 && w.rows * w.cols * n >= (int64_t(1) << 15);
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> scratch(n > kDirectMax ? size_t(4 * w.cols) : 0);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      int64_t r0 = b * kBlock, r1 = std::min(w.rows, r0 + kBlock);
+      if (n <= kDirectMax)
+        rows_direct(w, x, n, y, r0, r1);
+      else
+        rows_tiled(w, x, n, y, r0, r1, scratch.data());
+    }
+  }
+}
+
+}  // namespace moetier::cpu

@@ -1,0 +1,220 @@
+// cpu kernels against the scalar references (kernels/ref), on random inputs
+// with odd shapes, by normalized error ||out - ref|| / ||ref||. NaN never
+// passes (rel_err returns +inf). Tolerances: the reference accumulates in
+// double, the cpu kernels in f32 with a different summation order; for the
+// sizes here that gives ~1e-7..1e-6, so 1e-5 leaves margin without hiding a
+// wrong element (one wrong element out of 67*160 moves the error by >1e-3).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+
+using namespace moetier;
+
+namespace {
+
+double rel_err(const std::vector<float>& out, const std::vector<float>& ref) {
+  if (out.size() != ref.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) return INFINITY;
+    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : INFINITY;
+}
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Owns the bytes behind a MatView of random weights.
+struct RandomMatrix {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> codes, scales;
+  MatView view;
+
+  RandomMatrix(WeightEncoding enc, int64_t rows, int64_t cols, std::mt19937& rng) {
+    view.enc = enc;
+    view.rows = rows;
+    view.cols = cols;
+    size_t n = size_t(rows * cols);
+    if (enc == WeightEncoding::F32) {
+      f32 = randn(n, rng, 0.5f);
+      view.data = f32.data();
+    } else if (enc == WeightEncoding::BF16) {
+      for (float x : randn(n, rng, 0.5f)) bf16.push_back(f32_to_bf16(x));
+      view.data = bf16.data();
+    } else {
+      std::uniform_int_distribution<int> byte(0, 255), sc(118, 130);
+      for (size_t i = 0; i < n / 2; ++i) codes.push_back(uint8_t(byte(rng)));
+      for (size_t i = 0; i < n / 32; ++i) scales.push_back(uint8_t(sc(rng)));
+      view.data = codes.data();
+      view.scales = scales.data();
+    }
+  }
+};
+
+struct MatmulCase {
+  WeightEncoding enc;
+  int64_t rows, cols, n;
+};
+
+}  // namespace
+
+class CpuMatmul : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(CpuMatmul, MatchesReference) {
+  auto [enc, rows, cols, n] = GetParam();
+  std::mt19937 rng(uint32_t(rows * 1000 + cols * 10 + n));
+  RandomMatrix w(enc, rows, cols, rng);
+  auto x = randn(size_t(n * cols), rng);
+  std::vector<float> ref(static_cast<size_t>(n * rows)), out(static_cast<size_t>(n * rows), NAN);
+  ref::matmul(w.view, x.data(), n, ref.data());
+  cpu::matmul(w.view, x.data(), n, out.data());
+  EXPECT_LE(rel_err(out, ref), 1e-5);
+}
+
+std::vector<MatmulCase> matmul_cases() {
+  std::vector<MatmulCase> v;
+  for (auto enc : {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4})
+    for (int64_t rows : {1, 5, 67, 131})
+      for (int64_t cols : {96, 160, 544})
+        for (int64_t n : {1, 2, 3, 17}) v.push_back({enc, rows, cols, n});
+  for (auto enc : {WeightEncoding::F32, WeightEncoding::BF16})
+    for (int64_t cols : {1, 7, 33, 101}) v.push_back({enc, 67, cols, 3});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuMatmul, ::testing::ValuesIn(matmul_cases()));
+
+TEST(RefKernels, Mxfp4DecodesLowNibbleFirst) {
+  std::vector<uint8_t> codes(16, 0), scales{128};  // one row, 32 cols, scale 2
+  codes[0] = 0x72;                                 // col 0: code 2 (1.0), col 1: code 7 (6.0)
+  codes[15] = 0xb9;                                // col 30: -0.5, col 31: -1.5
+  MatView w{WeightEncoding::MXFP4, 1, 32, codes.data(), scales.data()};
+  EXPECT_EQ(ref::weight_at(w, 0, 0), 2.0f);
+  EXPECT_EQ(ref::weight_at(w, 0, 1), 12.0f);
+  EXPECT_EQ(ref::weight_at(w, 0, 30), -1.0f);
+  EXPECT_EQ(ref::weight_at(w, 0, 31), -3.0f);
+  std::vector<float> x(32, 1.0f);
+  float y = 0;
+  ref::matvec(w, x.data(), &y);
+  EXPECT_FLOAT_EQ(y, 2 + 12 - 1 - 3);
+}
+
+TEST(RefKernels, RopeIdentityAtZeroAndKeepsPairNorms) {
+  std::mt19937 rng(3);
+  auto inv = ref::rope_inv_freq(12, 10000.0);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[1], 1.0 / std::pow(10000.0, 2.0 / 12), 1e-7);
+  auto x = randn(3 * 12, rng), y = x;
+  ref::rope(y.data(), 3, 12, 0, inv.data());
+  EXPECT_EQ(x, y);
+  ref::rope(y.data(), 3, 12, 37, inv.data());
+  for (int h = 0; h < 3; ++h)
+    for (int i = 0; i < 6; ++i) {
+      float a = x[h * 12 + i], b = x[h * 12 + i + 6];
+      float c = y[h * 12 + i], d = y[h * 12 + i + 6];
+      EXPECT_NEAR(a * a + b * b, c * c + d * d, 1e-4);
+    }
+  // Pair 0 turns by exactly 37 radians.
+  EXPECT_NEAR(y[0], x[0] * std::cos(37.0) - x[6] * std::sin(37.0), 1e-5);
+}
+
+TEST(RefKernels, AttentionOverOnePositionReturnsV) {
+  std::mt19937 rng(5);
+  auto q = randn(4 * 8, rng), k = randn(2 * 8, rng), v = randn(2 * 8, rng);
+  std::vector<float> out(4 * 8);
+  ref::attention(q.data(), k.data(), v.data(), 1, 4, 2, 8, 0.3f, out.data());
+  for (int h = 0; h < 4; ++h)
+    for (int d = 0; d < 8; ++d) EXPECT_FLOAT_EQ(out[h * 8 + d], v[(h / 2) * 8 + d]);
+}
+
+TEST(CpuKernels, RmsnormMatchesReference) {
+  std::mt19937 rng(11);
+  for (int64_t dim : {7, 96, 1000}) {
+    int64_t n = 5;
+    auto x = randn(size_t(n * dim), rng, 3.0f), w = randn(size_t(dim), rng);
+    std::vector<float> ref(x.size()), out(x.size());
+    for (int64_t t = 0; t < n; ++t)
+      ref::rmsnorm(x.data() + t * dim, w.data(), dim, 1e-6f, ref.data() + t * dim);
+    cpu::rmsnorm(x.data(), w.data(), n, dim, 1e-6f, out.data());
+    EXPECT_LE(rel_err(out, ref), 1e-6) << dim;
+    cpu::rmsnorm(x.data(), w.data(), n, dim, 1e-6f, x.data());  // in place
+    EXPECT_EQ(x, out);
+  }
+}
+
+TEST(CpuKernels, RopeMatchesReference) {
+  std::mt19937 rng(13);
+  int64_t n = 5, heads = 3, hd = 34;
+  auto inv = ref::rope_inv_freq(hd, 1e6);
+  auto x = randn(size_t(n * heads * hd), rng), ref = x;
+  for (int64_t t = 0; t < n; ++t) ref::rope(ref.data() + t * heads * hd, heads, hd, 1000 + t,
+                                            inv.data());
+  cpu::rope(x.data(), n, heads, hd, 1000, inv.data());
+  EXPECT_LE(rel_err(x, ref), 1e-6);
+}
+
+TEST(CpuKernels, SoftmaxAndSiluMatchReference) {
+  std::mt19937 rng(17);
+  auto x = randn(301, rng, 5.0f), ref = x;
+  ref::softmax(ref.data(), 301);
+  cpu::softmax(x.data(), 301);
+  EXPECT_LE(rel_err(x, ref), 1e-6);
+  auto g = randn(99, rng, 4.0f), u = randn(99, rng);
+  std::vector<float> r(99);
+  for (size_t i = 0; i < 99; ++i) r[i] = ref::silu(g[i]) * u[i];
+  cpu::silu_mul(g.data(), u.data(), 99);
+  EXPECT_LE(rel_err(g, r), 1e-6);
+}
+
+TEST(CpuKernels, CausalAttentionMatchesReference) {
+  std::mt19937 rng(19);
+  for (auto [n_q, first, heads, kv, hd] : std::vector<std::array<int64_t, 5>>{
+           {1, 0, 4, 2, 16}, {1, 40, 6, 3, 20}, {7, 0, 4, 1, 8}, {5, 13, 8, 8, 12}}) {
+    int64_t n_pos = first + n_q;
+    auto q = randn(size_t(n_q * heads * hd), rng), k = randn(size_t(n_pos * kv * hd), rng),
+         v = randn(size_t(n_pos * kv * hd), rng);
+    float scale = 1.0f / std::sqrt(float(hd));
+    std::vector<float> ref(q.size()), out(q.size(), NAN);
+    for (int64_t t = 0; t < n_q; ++t)
+      ref::attention(q.data() + t * heads * hd, k.data(), v.data(), first + t + 1, heads, kv, hd,
+                     scale, ref.data() + t * heads * hd);
+    cpu::attention(q.data(), k.data(), v.data(), n_q, first, heads, kv, hd, scale, out.data());
+    EXPECT_LE(rel_err(out, ref), 1e-5) << n_q << " " << first;
+  }
+}
+
+TEST(CpuKernels, BadMatricesAreRefused) {
+  std::vector<uint8_t> b(64);
+  std::vector<float> x(64), y(4);
+  MatView odd{WeightEncoding::MXFP4, 2, 48, b.data(), b.data()};
+  EXPECT_THROW(cpu::matmul(odd, x.data(), 1, y.data()), Error);
+  MatView no_scales{WeightEncoding::MXFP4, 2, 32, b.data(), nullptr};
+  EXPECT_THROW(cpu::matmul(no_scales, x.data(), 1, y.data()), Error);
+  MatView no_data{WeightEncoding::BF16, 2, 32, nullptr, nullptr};
+  EXPECT_THROW(cpu::matmul(no_data, x.data(), 1, y.data()), Error);
+  MatView cb3{WeightEncoding::CB3, 2, 32, b.data(), b.data()};
+  EXPECT_THROW(cpu::matmul(cb3, x.data(), 1, y.data()), Error);
+}
+
+TEST(CpuKernels, NanInWeightsIsNotHidden) {
+  std::vector<float> w(3 * 40, 0.25f), x(40, 1.0f), y(3);
+  w[40 + 7] = NAN;
+  MatView m{WeightEncoding::F32, 3, 40, w.data(), nullptr};
+  cpu::matmul(m, x.data(), 1, y.data());
+  EXPECT_TRUE(std::isfinite(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));
+}
