@@ -50,6 +50,14 @@ class Checkpoint {
   // Opens DIR (config.json + model.safetensors or an index and its shards).
   // Throws Error with the first problem found; use check_checkpoint for all.
   static std::unique_ptr<Checkpoint> open(const std::filesystem::path& dir);
+  // Like open(), but appends every problem found to `problems` instead of
+  // throwing at the first. Returns what could be built from the parts that
+  // parsed: config() is null when config.json did not parse; tensors() holds
+  // the tensors whose entries are valid; bytes() of a shard that could not be
+  // mapped throws. Padding tensors (named __pad_*, see docs/formats.md) are
+  // validated but not listed in tensors().
+  static std::unique_ptr<Checkpoint> open(const std::filesystem::path& dir,
+                                          std::vector<std::string>& problems);
   ~Checkpoint();
 
   const std::filesystem::path& dir() const { return dir_; }

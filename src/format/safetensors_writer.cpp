@@ -1,0 +1,225 @@
+#include "format/safetensors_writer.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+#include "format/json_util.h"
+
+namespace moetier {
+
+namespace {
+
+void fsync_dir(const std::filesystem::path& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: some filesystems refuse
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::filesystem::path path) : path_(std::move(path)) {
+  tmp_ = path_;
+  tmp_ += fmt::format(".tmp.{}", ::getpid());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  check(fd_ >= 0, "{}: cannot create: {}", tmp_.string(), std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicFile::write(std::span<const std::byte> bytes) {
+  check(fd_ >= 0, "{}: write after commit", path_.string());
+  const std::byte* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, p, std::min<size_t>(left, 1u << 30));
+    if (n < 0 && errno == EINTR) continue;
+    check(n > 0, "{}: write failed: {}", tmp_.string(), std::strerror(errno));
+    p += n;
+    left -= size_t(n);
+  }
+  written_ += bytes.size();
+}
+
+void AtomicFile::write(std::string_view text) {
+  write(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+void AtomicFile::write_zeros(uint64_t n) {
+  static const std::byte kZeros[65536] = {};
+  while (n > 0) {
+    uint64_t k = std::min<uint64_t>(n, sizeof(kZeros));
+    write(std::span<const std::byte>(kZeros, k));
+    n -= k;
+  }
+}
+
+void AtomicFile::commit() {
+  check(fd_ >= 0, "{}: committed twice", path_.string());
+  int rc = ::fsync(fd_);
+  int err = errno;
+  ::close(fd_);
+  fd_ = -1;
+  if (rc != 0 || ::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    if (rc == 0) err = errno;
+    ::unlink(tmp_.c_str());
+    fail("{}: cannot write: {}", path_.string(), std::strerror(err));
+  }
+  fsync_dir(path_.parent_path());
+}
+
+AtomicDir::AtomicDir(std::filesystem::path final_path) : final_(std::move(final_path)) {
+  std::string templ = final_.string() + ".tmp-XXXXXX";
+  check(::mkdtemp(templ.data()) != nullptr, "{}: cannot create: {}", templ,
+        std::strerror(errno));
+  tmp_ = templ;
+}
+
+AtomicDir::~AtomicDir() {
+  if (committed_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tmp_, ec);
+}
+
+void AtomicDir::commit() {
+  check(!committed_, "{}: committed twice", final_.string());
+  std::error_code ec;
+  check(!std::filesystem::exists(final_, ec), "{}: already exists", final_.string());
+  fsync_dir(tmp_);
+  check(::rename(tmp_.c_str(), final_.c_str()) == 0, "{}: cannot rename from {}: {}",
+        final_.string(), tmp_.string(), std::strerror(errno));
+  committed_ = true;
+  fsync_dir(final_.parent_path());
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
+  AtomicFile f(path);
+  f.write(bytes);
+  f.commit();
+}
+
+namespace {
+
+struct Placed {
+  const TensorToWrite* t = nullptr;  // null: padding
+  std::string name;
+  uint64_t begin = 0, end = 0;
+};
+
+std::vector<Placed> place(const std::filesystem::path& path,
+                          std::span<const TensorToWrite> tensors, uint64_t align) {
+  std::vector<Placed> out;
+  uint64_t off = 0;
+  int pads = 0;
+  for (const auto& t : tensors) {
+    check(!t.name.empty() && !t.name.starts_with("__"),
+          "{}: tensor '{}': names must be non-empty and not start with '__'", path.string(),
+          printable(t.name));
+    uint64_t need = dtype_size(t.dtype);
+    for (int64_t d : t.shape) {
+      check(d >= 0 && !__builtin_mul_overflow(need, uint64_t(d), &need),
+            "{}: tensor '{}': bad shape {}", path.string(), t.name, shape_str(t.shape));
+    }
+    check(need == t.data.size(), "{}: tensor '{}': dtype {} shape {} needs {} bytes, given {}",
+          path.string(), t.name, dtype_name(t.dtype), shape_str(t.shape), need, t.data.size());
+    if (align && off % align) {
+      uint64_t gap = align - off % align;
+      out.push_back({nullptr, fmt::format("__pad_{}", pads++), off, off + gap});
+      off += gap;
+    }
+    out.push_back({&t, t.name, off, off + need});
+    off += need;
+  }
+  return out;
+}
+
+std::string header_text(const std::filesystem::path& path, const std::vector<Placed>& placed,
+                        const SafetensorsWriteOptions& opt) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!opt.metadata.empty()) h["__metadata__"] = opt.metadata;
+  for (const auto& p : placed) {
+    check(!h.contains(p.name), "{}: tensor '{}': written twice", path.string(), p.name);
+    auto& e = h[p.name];
+    e["dtype"] = p.t ? dtype_name(p.t->dtype) : "U8";
+    e["shape"] = p.t ? p.t->shape : std::vector<int64_t>{int64_t(p.end - p.begin)};
+    e["data_offsets"] = {p.begin, p.end};
+  }
+  std::string text = h.dump();
+  uint64_t unit = opt.align ? opt.align : 8;
+  uint64_t total = (8 + text.size() + unit - 1) / unit * unit;
+  text.append(total - 8 - text.size(), ' ');
+  return text;
+}
+
+}  // namespace
+
+uint64_t write_safetensors(const std::filesystem::path& path,
+                           std::span<const TensorToWrite> tensors,
+                           const SafetensorsWriteOptions& opt) {
+  check(opt.align == 0 || (opt.align & (opt.align - 1)) == 0,
+        "{}: alignment {} is not a power of two", path.string(), opt.align);
+  auto placed = place(path, tensors, opt.align);
+  std::string header = header_text(path, placed, opt);
+  unsigned char len[8];
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  AtomicFile f(path);
+  f.write(std::as_bytes(std::span<const unsigned char>(len, 8)));
+  f.write(header);
+  uint64_t real = 0;
+  for (const auto& p : placed) {
+    if (p.t) {
+      f.write(p.t->data);
+      real += p.t->data.size();
+    } else {
+      f.write_zeros(p.end - p.begin);
+    }
+  }
+  f.commit();
+  return real;
+}
+
+void write_safetensors_index(const std::filesystem::path& path,
+                             const std::map<std::string, std::string>& weight_map,
+                             uint64_t total_size) {
+  nlohmann::ordered_json j;
+  j["metadata"]["total_size"] = total_size;
+  j["weight_map"] = weight_map;
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+void write_checkpoint(const std::filesystem::path& dir, const nlohmann::json& config,
+                      const std::vector<std::vector<TensorToWrite>>& shards,
+                      const SafetensorsWriteOptions& opt) {
+  std::error_code ec;
+  check(!std::filesystem::exists(dir, ec), "{}: already exists", dir.string());
+  check(!shards.empty(), "{}: a checkpoint needs at least one shard", dir.string());
+  AtomicDir out(dir);
+  write_file_atomic(out.path() / "config.json", config.dump(2) + "\n");
+  if (shards.size() == 1) {
+    write_safetensors(out.path() / "model.safetensors", shards[0], opt);
+  } else {
+    std::map<std::string, std::string> weight_map;
+    uint64_t total = 0;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      std::string name =
+          fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      total += write_safetensors(out.path() / name, shards[i], opt);
+      for (const auto& t : shards[i]) weight_map[t.name] = name;
+    }
+    write_safetensors_index(out.path() / "model.safetensors.index.json", weight_map, total);
+  }
+  out.commit();
+}
+
+}  // namespace moetier

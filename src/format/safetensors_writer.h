@@ -1,0 +1,101 @@
+// Writing safetensors files and checkpoint directories, atomically.
+//
+// Files are written to NAME.tmp.PID, fsynced, renamed over NAME, and the parent
+// directory is fsynced. Whole directories are built in DIR.tmp-XXXXXX and
+// renamed to DIR on commit (DIR must not exist yet).
+//
+// Alignment (docs/formats.md): with `align` set, the header is padded with
+// trailing spaces so that the data section starts at a multiple of `align`,
+// and the gap before each tensor that would start unaligned is filled by an
+// explicit padding tensor "__pad_N" (U8, 1-D, zero bytes). The file stays
+// valid safetensors (no holes); moetier's loader hides __pad_* tensors.
+//
+// Not thread-safe: one writer per object.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace moetier {
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::span<const std::byte> data;  // dtype_size(dtype) * prod(shape) bytes, row-major
+};
+
+struct SafetensorsWriteOptions {
+  uint64_t align = 0;  // 0: packed (header padded to 8 bytes); else a power of two
+  std::map<std::string, std::string> metadata;  // written as "__metadata__"
+};
+
+// A file written to PATH.tmp.PID and renamed to PATH by commit(); removed
+// if destroyed before commit().
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(std::span<const std::byte> bytes);
+  void write(std::string_view text);
+  void write_zeros(uint64_t n);
+  uint64_t written() const { return written_; }
+  // fsync, close, rename over the final path, fsync the directory.
+  void commit();
+
+ private:
+  std::filesystem::path path_, tmp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
+
+// A directory built at DIR.tmp-XXXXXX and renamed to DIR by commit(); removed
+// (recursively) if destroyed before commit().
+class AtomicDir {
+ public:
+  explicit AtomicDir(std::filesystem::path final_path);
+  ~AtomicDir();
+  AtomicDir(const AtomicDir&) = delete;
+  AtomicDir& operator=(const AtomicDir&) = delete;
+
+  const std::filesystem::path& path() const { return tmp_; }  // write files here
+  void commit();  // throws if DIR exists
+
+ private:
+  std::filesystem::path final_, tmp_;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+
+// Writes one safetensors file atomically; tensors are laid out in the given
+// order. Returns the bytes of the real tensors (padding excluded).
+uint64_t write_safetensors(const std::filesystem::path& path,
+                           std::span<const TensorToWrite> tensors,
+                           const SafetensorsWriteOptions& opt = {});
+
+// model.safetensors.index.json: {"metadata": {"total_size": N}, "weight_map": {...}}.
+void write_safetensors_index(const std::filesystem::path& path,
+                             const std::map<std::string, std::string>& weight_map,
+                             uint64_t total_size);
+
+// A whole checkpoint directory, atomically: config.json plus one shard
+// (model.safetensors) or several (model-0000i-of-0000n.safetensors) with an
+// index. `dir` must not exist.
+void write_checkpoint(const std::filesystem::path& dir, const nlohmann::json& config,
+                      const std::vector<std::vector<TensorToWrite>>& shards,
+                      const SafetensorsWriteOptions& opt = {});
+
+}  // namespace moetier
