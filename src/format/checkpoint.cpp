@@ -53,8 +53,8 @@ struct CheckpointLoader {
     if (!j) {
       problems.push_back(why);
     } else if (!j->is_object()) {
-      problems.push_back(fmt::format("{}: is {}, expected a JSON object", at("config.json"),
-                                     json_kind(*j)));
+      problems.push_back(
+          fmt::format("{}: is {}, expected a JSON object", at("config.json"), json_kind(*j)));
     } else {
       ck.config_ = std::move(*j);
     }
@@ -70,17 +70,19 @@ struct CheckpointLoader {
     std::string f = at(kIndexName);
     auto wm = j->is_object() ? j->find("weight_map") : j->end();
     if (!j->is_object() || wm == j->end() || !wm->is_object()) {
-      problems.push_back(fmt::format("{}: field 'weight_map': missing (an object mapping tensor "
-                                     "names to shard files)",
-                                     f));
+      problems.push_back(
+          fmt::format("{}: field 'weight_map': missing (an object mapping tensor "
+                      "names to shard files)",
+                      f));
       return std::nullopt;
     }
     Index idx;
     for (const auto& [name, v] : wm->items()) {
       if (!v.is_string() || !safe_relative(v.get<std::string>())) {
-        problems.push_back(fmt::format("{}: tensor '{}': shard {} is not a file name inside the "
-                                       "checkpoint directory",
-                                       f, printable(name), printable(v.dump())));
+        problems.push_back(
+            fmt::format("{}: tensor '{}': shard {} is not a file name inside the "
+                        "checkpoint directory",
+                        f, printable(name), printable(v.dump())));
         continue;
       }
       idx.weight_map[name] = v.get<std::string>();
@@ -100,9 +102,9 @@ struct CheckpointLoader {
                ts->get<double>() == double(uint64_t(ts->get<double>()))) {
       idx.total_size = uint64_t(ts->get<double>());
     } else {
-      problems.push_back(fmt::format(
-          "{}: field 'metadata.total_size': is {}, expected a non-negative integer", f,
-          printable(ts->dump())));
+      problems.push_back(
+          fmt::format("{}: field 'metadata.total_size': is {}, expected a non-negative integer", f,
+                      printable(ts->dump())));
     }
   }
 
@@ -124,9 +126,10 @@ struct CheckpointLoader {
     for (const auto& [shard, count] : shard_names) {
       std::error_code ec;
       if (!std::filesystem::exists(ck.dir_ / shard, ec)) {
-        problems.push_back(fmt::format("{}: shard named by {} does not exist ({} tensors map to "
-                                       "it)",
-                                       at(shard), kIndexName, count));
+        problems.push_back(
+            fmt::format("{}: shard named by {} does not exist ({} tensors map to "
+                        "it)",
+                        at(shard), kIndexName, count));
         all_clean = false;
         continue;
       }
@@ -146,13 +149,15 @@ struct CheckpointLoader {
       here[t.name] = true;
       auto it = idx.weight_map.find(t.name);
       if (it == idx.weight_map.end()) {
-        problems.push_back(fmt::format("{}: tensor '{}': present in this shard but not listed in "
-                                       "{}",
-                                       f, printable(t.name), kIndexName));
+        problems.push_back(
+            fmt::format("{}: tensor '{}': present in this shard but not listed in "
+                        "{}",
+                        f, printable(t.name), kIndexName));
       } else if (it->second != shard) {
-        problems.push_back(fmt::format("{}: tensor '{}': present in this shard but {} maps it to "
-                                       "'{}'",
-                                       f, printable(t.name), kIndexName, printable(it->second)));
+        problems.push_back(
+            fmt::format("{}: tensor '{}': present in this shard but {} maps it to "
+                        "'{}'",
+                        f, printable(t.name), kIndexName, printable(it->second)));
       } else {
         ck.tensors_.push_back(std::move(t));
       }
@@ -169,9 +174,10 @@ struct CheckpointLoader {
     uint64_t sum = 0;
     for (const auto& t : ck.tensors_) sum += t.nbytes();
     if (sum != total)
-      problems.push_back(fmt::format("{}: field 'metadata.total_size': {} does not match the sum "
-                                     "of tensor bytes {}",
-                                     at(kIndexName), total, sum));
+      problems.push_back(
+          fmt::format("{}: field 'metadata.total_size': {} does not match the sum "
+                      "of tensor bytes {}",
+                      at(kIndexName), total, sum));
   }
 
   void load_single() {
@@ -207,10 +213,9 @@ struct CheckpointLoader {
   void load() {
     std::error_code ec;
     if (!std::filesystem::is_directory(ck.dir_, ec)) {
-      problems.push_back(fmt::format("{}: {}", ck.dir_.string(),
-                                     std::filesystem::exists(ck.dir_, ec)
-                                         ? "not a directory"
-                                         : "no such directory"));
+      problems.push_back(fmt::format(
+          "{}: {}", ck.dir_.string(),
+          std::filesystem::exists(ck.dir_, ec) ? "not a directory" : "no such directory"));
       return;
     }
     load_config();
@@ -219,8 +224,7 @@ struct CheckpointLoader {
     } else if (std::filesystem::exists(ck.dir_ / kSingleName, ec)) {
       load_single();
     } else {
-      problems.push_back(fmt::format("{}: no {} or {}", ck.dir_.string(), kSingleName,
-                                     kIndexName));
+      problems.push_back(fmt::format("{}: no {} or {}", ck.dir_.string(), kSingleName, kIndexName));
     }
     map_shards();
     build_name_map();

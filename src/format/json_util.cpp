@@ -71,9 +71,9 @@ std::optional<nlohmann::json> read_json_file(const std::filesystem::path& file,
   constexpr uintmax_t kMaxJson = 64ull << 20;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec)) {
-    problem = fmt::format("{}: cannot open: {}", file.string(),
-                          std::filesystem::exists(file, ec) ? "not a regular file"
-                                                            : "no such file");
+    problem =
+        fmt::format("{}: cannot open: {}", file.string(),
+                    std::filesystem::exists(file, ec) ? "not a regular file" : "no such file");
     return std::nullopt;
   }
   uintmax_t size = std::filesystem::file_size(file, ec);

@@ -2,10 +2,9 @@
 // text for messages, shape strings, and JSON files read with one-line errors.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>

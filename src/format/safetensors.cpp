@@ -39,9 +39,9 @@ bool read_header_text(const std::filesystem::path& path, Shard& shard, std::stri
   std::ifstream in(path, std::ios::binary);
   std::error_code ec;
   if (!in || !std::filesystem::is_regular_file(path, ec)) {
-    problems.push_back(fmt::format("{}: cannot open: {}", f,
-                                   std::filesystem::exists(path, ec) ? std::strerror(errno)
-                                                                     : "no such file"));
+    problems.push_back(
+        fmt::format("{}: cannot open: {}", f,
+                    std::filesystem::exists(path, ec) ? std::strerror(errno) : "no such file"));
     return false;
   }
   uint64_t size = std::filesystem::file_size(path, ec);
@@ -139,9 +139,10 @@ bool parse_dtype_shape(const std::string& name, const json& v, TensorInfo& t, He
   }
   auto dt = dtype_from_name(d->get<std::string>());
   if (!dt) {
-    c.add("tensor '{}': unknown dtype '{}' (supported: F32, F16, BF16, F8_E4M3, F8_E8M0, U8, "
-          "I8, I32, I64)",
-          name, printable(d->get<std::string>()));
+    c.add(
+        "tensor '{}': unknown dtype '{}' (supported: F32, F16, BF16, F8_E4M3, F8_E8M0, U8, "
+        "I8, I32, I64)",
+        name, printable(d->get<std::string>()));
     return false;
   }
   t.dtype = *dt;
@@ -189,9 +190,10 @@ std::optional<TensorInfo> parse_entry(const std::string& raw_name, const json& v
     return std::nullopt;
   }
   if (t.end > c.data_size) {
-    c.add("tensor '{}': data_offsets [{}, {}] run past the end of the file (data section is {} "
-          "bytes)",
-          name, t.begin, t.end, c.data_size);
+    c.add(
+        "tensor '{}': data_offsets [{}, {}] run past the end of the file (data section is {} "
+        "bytes)",
+        name, t.begin, t.end, c.data_size);
     return std::nullopt;
   }
   if (raw_name.starts_with("__pad_") && (t.dtype != DType::U8 || t.shape.size() != 1)) {
@@ -213,9 +215,10 @@ void check_coverage(std::vector<const TensorInfo*> ts, HeaderCtx& c) {
       c.add("tensor '{}': data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", printable(t->name),
             t->begin, t->end, printable(last->name), last->begin, last->end);
     } else if (t->begin > cursor) {
-      c.add("hole of {} bytes in the data section before tensor '{}' (bytes [{}, {}] belong to "
-            "no tensor)",
-            t->begin - cursor, printable(t->name), cursor, t->begin);
+      c.add(
+          "hole of {} bytes in the data section before tensor '{}' (bytes [{}, {}] belong to "
+          "no tensor)",
+          t->begin - cursor, printable(t->name), cursor, t->begin);
     }
     if (t->end > cursor || !last) {
       cursor = std::max(cursor, t->end);

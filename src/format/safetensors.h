@@ -6,11 +6,10 @@
 // bytes() are safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,8 +24,8 @@ struct TensorInfo {
   std::string name;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  uint32_t shard = 0;   // index into Checkpoint::shards()
-  uint64_t begin = 0;   // byte offsets inside the shard's data section
+  uint32_t shard = 0;  // index into Checkpoint::shards()
+  uint64_t begin = 0;  // byte offsets inside the shard's data section
   uint64_t end = 0;
   int64_t numel() const;
   uint64_t nbytes() const { return end - begin; }
@@ -70,9 +69,7 @@ class Checkpoint {
   // The tensor's bytes, mapped read-only.
   std::span<const std::byte> bytes(const TensorInfo& t) const;
   // Absolute file offset of the tensor's first byte (for direct reads).
-  uint64_t file_offset(const TensorInfo& t) const {
-    return shards_[t.shard].data_offset + t.begin;
-  }
+  uint64_t file_offset(const TensorInfo& t) const { return shards_[t.shard].data_offset + t.begin; }
 
  private:
   Checkpoint() = default;

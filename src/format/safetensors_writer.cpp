@@ -80,8 +80,7 @@ void AtomicFile::commit() {
 
 AtomicDir::AtomicDir(std::filesystem::path final_path) : final_(std::move(final_path)) {
   std::string templ = final_.string() + ".tmp-XXXXXX";
-  check(::mkdtemp(templ.data()) != nullptr, "{}: cannot create: {}", templ,
-        std::strerror(errno));
+  check(::mkdtemp(templ.data()) != nullptr, "{}: cannot create: {}", templ, std::strerror(errno));
   tmp_ = templ;
 }
 
@@ -116,8 +115,8 @@ struct Placed {
   uint64_t begin = 0, end = 0;
 };
 
-std::vector<Placed> place(const std::filesystem::path& path,
-                          std::span<const TensorToWrite> tensors, uint64_t align) {
+std::vector<Placed> place(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                          uint64_t align) {
   std::vector<Placed> out;
   uint64_t off = 0;
   int pads = 0;
@@ -212,8 +211,7 @@ void write_checkpoint(const std::filesystem::path& dir, const nlohmann::json& co
     std::map<std::string, std::string> weight_map;
     uint64_t total = 0;
     for (size_t i = 0; i < shards.size(); ++i) {
-      std::string name =
-          fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
       total += write_safetensors(out.path() / name, shards[i], opt);
       for (const auto& t : shards[i]) weight_map[t.name] = name;
     }

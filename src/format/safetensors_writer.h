@@ -13,11 +13,10 @@
 // Not thread-safe: one writer per object.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -71,7 +70,7 @@ class AtomicDir {
   AtomicDir& operator=(const AtomicDir&) = delete;
 
   const std::filesystem::path& path() const { return tmp_; }  // write files here
-  void commit();  // throws if DIR exists
+  void commit();                                              // throws if DIR exists
 
  private:
   std::filesystem::path final_, tmp_;

@@ -15,10 +15,9 @@
 //                      [out, in/32] (one power-of-two scale per 32 elements)
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -54,8 +53,22 @@ struct Qwen3MoeConfig {
 
 // Throws Error naming `file` and the field on a missing, mistyped or
 // unsupported field (sliding window on, rope scaling, hidden_act != silu, ...).
-Qwen3MoeConfig parse_qwen3_moe_config(const nlohmann::json& j,
-                                      const std::filesystem::path& file);
+Qwen3MoeConfig parse_qwen3_moe_config(const nlohmann::json& j, const std::filesystem::path& file);
+// Same, but appends every problem (one line each, "FILE: field 'NAME': ...") to
+// `problems` instead of throwing at the first; fields that did not parse keep
+// their defaults (sizes 0).
+Qwen3MoeConfig parse_qwen3_moe_config(const nlohmann::json& j, const std::filesystem::path& file,
+                                      std::vector<std::string>& problems);
+
+// A tensor the architecture needs and the shape the config implies.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+// Every non-expert tensor: embeddings, per-layer norms and attention (with
+// biases when attention_bias), routers of MoE layers, dense MLPs of the other
+// layers, the final norm, and lm_head unless tie_word_embeddings.
+std::vector<TensorSpec> qwen3_moe_core_tensors(const Qwen3MoeConfig& c);
 
 enum class ExpertLayout { Stacked, PerExpert, PerExpertMxfp4 };
 
@@ -64,7 +77,7 @@ struct ExpertTensors {
   ExpertLayout layout = ExpertLayout::PerExpert;
   // For Stacked: names of the stacked tensors; `index` selects the expert.
   // For PerExpert*: names of the per-expert tensors.
-  std::string gate, up, down;              // weights (Stacked: gate==up: gate_up_proj)
+  std::string gate, up, down;                    // weights (Stacked: gate==up: gate_up_proj)
   std::string gate_scale, up_scale, down_scale;  // MXFP4 only
   int64_t index = 0;
 };

@@ -1,0 +1,245 @@
+#include "model/check.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <map>
+#include <optional>
+
+#include "format/json_util.h"
+#include "format/safetensors.h"
+#include "model/qwen3_moe.h"
+
+namespace moetier {
+
+namespace {
+
+constexpr const char* kProjs[] = {"gate_proj", "up_proj", "down_proj"};
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_byte(DType t) { return t == DType::U8 || t == DType::I8; }
+bool is_scale(DType t) { return t == DType::F8_E8M0 || t == DType::U8; }
+
+// Parses a decimal index at the start of s; advances s past it and a '.'.
+std::optional<int64_t> take_index(std::string_view& s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p == s.data() || p == s.data() + s.size() || *p != '.')
+    return std::nullopt;
+  s.remove_prefix(size_t(p - s.data()) + 1);
+  return v;
+}
+
+// The expert tensors found for one layer.
+struct LayerExperts {
+  const TensorInfo* gate_up = nullptr;  // stacked
+  const TensorInfo* down = nullptr;     // stacked
+  // expert -> "gate_proj.weight" / "down_proj.scale" / ... -> tensor
+  std::map<int64_t, std::map<std::string, const TensorInfo*>> per;
+};
+
+struct Checker {
+  const Checkpoint& ck;
+  const Qwen3MoeConfig& c;
+  std::vector<std::string>& problems;
+  std::map<int64_t, LayerExperts> experts;  // layer -> experts found
+
+  std::string file_of(const TensorInfo& t) const { return ck.shards()[t.shard].path.string(); }
+  // Where a missing tensor should have been listed.
+  std::string listing_file() const {
+    auto idx = ck.dir() / "model.safetensors.index.json";
+    std::error_code ec;
+    return (std::filesystem::exists(idx, ec) ? idx : ck.dir() / "model.safetensors").string();
+  }
+  template <typename... Args>
+  void add(const std::string& file, const std::string& name, fmt::format_string<Args...> f,
+           Args&&... args) {
+    problems.push_back(fmt::format("{}: tensor '{}': {}", file, printable(name),
+                                   fmt::format(f, std::forward<Args>(args)...)));
+  }
+
+  // Present with this shape and a dtype accepted by `ok` (described by `allowed`).
+  void require(const std::string& name, const std::vector<int64_t>& shape,
+               bool (*ok)(DType) = is_float, std::string_view allowed = "F32, F16 or BF16") {
+    const TensorInfo* t = ck.find(name);
+    if (!t) return add(listing_file(), name, "missing (expected shape {})", shape_str(shape));
+    if (t->shape != shape)
+      add(file_of(*t), name, "shape {}, expected {}", shape_str(t->shape), shape_str(shape));
+    if (!ok(t->dtype))
+      add(file_of(*t), name, "dtype {}, expected {}", dtype_name(t->dtype), allowed);
+  }
+
+  void check_core() {
+    for (const auto& spec : qwen3_moe_core_tensors(c)) require(spec.name, spec.shape);
+    if (c.tie_word_embeddings && ck.find("lm_head.weight"))
+      require("lm_head.weight", {c.vocab_size, c.hidden_size});
+  }
+
+  void scan_tensor(const TensorInfo& t) {
+    std::string_view s = t.name;
+    if (!s.starts_with("model.layers.")) return;
+    s.remove_prefix(13);
+    auto layer = take_index(s);
+    if (!layer) return;
+    if (*layer >= c.num_hidden_layers)
+      return add(file_of(t), t.name, "layer {} does not exist (num_hidden_layers {})", *layer,
+                 c.num_hidden_layers);
+    if (!s.starts_with("mlp.experts.")) return;
+    s.remove_prefix(12);
+    if (!c.is_moe_layer(*layer))
+      return add(file_of(t), t.name,
+                 "layer {} is a dense MLP layer (mlp_only_layers, "
+                 "decoder_sparse_step) but has expert tensors",
+                 *layer);
+    LayerExperts& le = experts[*layer];
+    if (s == "gate_up_proj") return void(le.gate_up = &t);
+    if (s == "down_proj") return void(le.down = &t);
+    auto e = take_index(s);
+    bool known = false;
+    for (const char* p : kProjs)
+      known |= s == fmt::format("{}.weight", p) || s == fmt::format("{}.scale", p);
+    if (!e || !known) return add(file_of(t), t.name, "not an expert tensor of a supported layout");
+    if (*e < 0 || *e >= c.num_experts)
+      return add(file_of(t), t.name, "expert {} out of range (num_experts {})", *e, c.num_experts);
+    le.per[*e][std::string(s)] = &t;
+  }
+
+  void check_stacked(int64_t layer, const LayerExperts& le) {
+    std::string p = layer_prefix(layer) + "mlp.experts.";
+    const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+    if (!le.per.empty())
+      add(file_of(*(le.gate_up ? le.gate_up : le.down)),
+          p + (le.gate_up ? "gate_up_proj" : "down_proj"),
+          "layer {} also has per-expert tensors (one expert layout per layer)", layer);
+    require(p + "gate_up_proj", {E, 2 * I, H});
+    require(p + "down_proj", {E, H, I});
+  }
+
+  void check_per_expert(int64_t layer, const LayerExperts& le) {
+    std::string p = layer_prefix(layer) + "mlp.experts.";
+    // The layer's encoding follows its first expert's gate_proj.weight.
+    const auto& first = le.per.begin()->second;
+    auto w = first.find("gate_proj.weight");
+    bool mxfp4 = w != first.end() ? is_byte(w->second->dtype) : first.count("gate_proj.scale") > 0;
+    const int64_t I = c.moe_intermediate_size, H = c.hidden_size;
+    if (mxfp4 && (H % 32 || I % 32)) {
+      problems.push_back(
+          fmt::format("{}: field 'hidden_size': {} and moe_intermediate_size {} "
+                      "must be multiples of 32 for MXFP4 experts (layer {})",
+                      (ck.dir() / "config.json").string(), H, I, layer));
+      return;
+    }
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      for (const char* proj : kProjs) {
+        bool down = std::string_view(proj) == "down_proj";
+        int64_t out = down ? H : I, in = down ? I : H;
+        std::string n = fmt::format("{}{}.{}.", p, e, proj);
+        if (!mxfp4) {
+          require(n + "weight", {out, in});
+          if (const TensorInfo* s = ck.find(n + "scale"))
+            add(file_of(*s), s->name, "scale for a {} expert (layer {} experts are not MXFP4)",
+                dtype_name(s->dtype), layer);
+          continue;
+        }
+        require(n + "weight", {out, in / 2}, is_byte, "U8 or I8 (MXFP4 e2m1 pairs)");
+        require(n + "scale", {out, in / 32}, is_scale, "F8_E8M0 or U8 (MXFP4 scales)");
+      }
+    }
+  }
+
+  void check_experts() {
+    for (const auto& t : ck.tensors()) scan_tensor(t);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (!c.is_moe_layer(l)) continue;
+      const LayerExperts& le = experts[l];
+      if (le.gate_up || le.down) {
+        check_stacked(l, le);
+      } else if (!le.per.empty()) {
+        check_per_expert(l, le);
+      } else {
+        add(listing_file(), layer_prefix(l) + "mlp.experts.gate_up_proj",
+            "missing (MoE layer {} has no expert tensors in any supported layout)", l);
+      }
+    }
+  }
+};
+
+// model_type / architectures must name qwen3_moe. False when unsupported.
+bool check_architecture(const nlohmann::json& j, const std::string& file,
+                        std::vector<std::string>& problems) {
+  auto mt = j.find("model_type");
+  if (mt != j.end() && !mt->is_null()) {
+    std::string v = mt->is_string() ? mt->get<std::string>() : mt->dump();
+    if (v != "qwen3_moe") {
+      problems.push_back(
+          fmt::format("{}: architecture '{}' is not supported (supported: "
+                      "qwen3_moe)",
+                      file, printable(v)));
+      return false;
+    }
+  }
+  auto ar = j.find("architectures");
+  bool has_mt = mt != j.end() && !mt->is_null();
+  if (ar == j.end() || ar->is_null()) {
+    if (!has_mt)
+      problems.push_back(
+          fmt::format("{}: field 'model_type': missing (supported: qwen3_moe)", file));
+    return has_mt;
+  }
+  if (!ar->is_array() || ar->empty()) {
+    problems.push_back(fmt::format("{}: field 'architectures': is {}, expected a list of names",
+                                   file, json_kind(*ar)));
+    return false;
+  }
+  for (const auto& a : *ar) {
+    std::string v = a.is_string() ? a.get<std::string>() : a.dump();
+    if (v == "Qwen3MoeForCausalLM") continue;
+    if (!has_mt && !v.starts_with("Qwen3Moe"))
+      problems.push_back(
+          fmt::format("{}: architecture '{}' is not supported (supported: "
+                      "qwen3_moe)",
+                      file, printable(v)));
+    else
+      problems.push_back(
+          fmt::format("{}: field 'architectures': '{}' is not supported "
+                      "(supported: Qwen3MoeForCausalLM)",
+                      file, printable(v)));
+    return false;
+  }
+  return true;
+}
+
+// The sizes tensor shapes derive from are all known.
+bool shapes_known(const Qwen3MoeConfig& c) {
+  bool dense = false;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) dense |= !c.is_moe_layer(l);
+  return c.vocab_size > 0 && c.hidden_size > 0 && c.num_hidden_layers > 0 &&
+         c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.head_dim > 0 &&
+         c.num_experts > 0 && c.moe_intermediate_size > 0 && (!dense || c.intermediate_size > 0);
+}
+
+void check_all(const std::filesystem::path& dir, std::vector<std::string>& problems) {
+  auto ck = Checkpoint::open(dir, problems);
+  if (!ck->config().is_object()) return;  // config.json missing or broken: reported
+  std::string cfg_file = (dir / "config.json").string();
+  if (!check_architecture(ck->config(), cfg_file, problems)) return;
+  Qwen3MoeConfig c = parse_qwen3_moe_config(ck->config(), dir / "config.json", problems);
+  if (!shapes_known(c)) return;
+  Checker k{*ck, c, problems, {}};
+  k.check_core();
+  k.check_experts();
+}
+
+}  // namespace
+
+std::vector<std::string> check_checkpoint(const std::filesystem::path& dir) {
+  std::vector<std::string> problems;
+  try {
+    check_all(dir, problems);
+  } catch (const std::exception& e) {
+    problems.push_back(fmt::format("{}: {}", dir.string(), printable(e.what())));
+  }
+  return problems;
+}
+
+}  // namespace moetier
