@@ -30,6 +30,12 @@ class ExpertProvider {
   // views.size() == ids.size() on return; views[i] belongs to ids[i].
   virtual void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,
                        std::vector<ExpertView>& views) = 0;
+  // Optional, for accounting only (ExpertStats' all-k-hit share): after the
+  // acquire() calls that served a chunk of tokens for `layer`, the runtime may
+  // report their routing, topk [n_tokens, k] expert ids (n_tokens =
+  // topk.size() / k). A (token, layer) step counts as an all-hit when every one
+  // of its k experts was resident in the arena at the acquire() that served it.
+  virtual void note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) {}
 };
 
 }  // namespace moetier

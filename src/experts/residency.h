@@ -1,0 +1,136 @@
+// Residency: the state machine of the expert arena, as pure bookkeeping over
+// slot numbers (no memory, no I/O), so that the engine and `moetier simulate`
+// run the same code.
+//
+// Slots. The arena has hot_slots + transient_slots physical slots of equal
+// size. At any time a slot is free, holds a hot-set expert, or holds a
+// transient-ring expert; at most hot_slots are hot and at most transient_slots
+// are transient (roles move with the slot, so promotion never copies).
+// The optional host tier has host_slots slots of the same size.
+//
+// States of one expert key:
+//   Absent --miss--> Loading(slot) --commit--> Hot(slot) | Transient(slot)
+//   Loading --abort--> Absent             (a failed read leaves nothing behind)
+//   Hot --evict--> Absent (+ host copy)    Transient --recycle--> Absent (+ host copy)
+//   Transient --decode use--> Hot          (promotion: the slot changes role)
+//
+// Rules of one acquire (plan):
+//   - Keys of the batch are locked for its duration: none of them is evicted
+//     to make room for another.
+//   - Decode: a miss (or a transient hit) enters the hot set; when the hot set
+//     is full, the policy's victim leaves it.
+//   - Prefill: hits stay where they are. A miss takes a free hot slot if the
+//     hot set is not full, else a transient ring slot, recycling the ring's
+//     least recently used unlocked slot. Prefill never evicts a hot expert.
+//     (With transient_slots == 0, prefill follows the decode rule.)
+//   - The policy sees every use (prefill and decode) through on_use().
+//   - Every expert leaving the arena is copied to the host tier (if any), which
+//     is an LRU cache; a host hit copies it back into an arena slot.
+//
+// Not thread-safe: one owner.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "experts/policy.h"
+#include "experts/provider.h"
+
+namespace moetier {
+
+enum class Tier : uint8_t { Hot, Transient, Host, Storage };
+const char* tier_name(Tier t);
+
+struct ResidencyConfig {
+  size_t num_keys = 0;
+  size_t hot_slots = 0;
+  size_t transient_slots = 0;
+  size_t host_slots = 0;
+};
+
+// What one key of an acquire needs.
+struct PlanStep {
+  ExpertKey key = 0;
+  Tier found = Tier::Storage;  // where the bytes were found
+  int32_t slot = -1;           // arena slot that holds them after the acquire
+  int32_t host_slot = -1;      // Tier::Host: copy from this host slot
+  bool hot = false;            // in the hot set after the acquire (else the ring)
+  bool loading = false;        // slot content is written by this acquire
+};
+// Copy arena slot -> host slot; must happen before anything writes the slot.
+struct Spill {
+  ExpertKey key = 0;
+  int32_t slot = -1;
+  int32_t host_slot = -1;
+};
+struct Plan {
+  Phase phase = Phase::Decode;
+  std::vector<PlanStep> steps;  // one per key, in the order given
+  std::vector<Spill> spills;
+  uint64_t hot_evictions = 0;   // hot-set experts that left the arena
+  uint64_t ring_evictions = 0;  // transient experts whose slot was recycled
+};
+
+class Residency {
+ public:
+  Residency(const ResidencyConfig& cfg, std::unique_ptr<Policy> policy);
+
+  // Largest batch plan() accepts: the hot slots the policy may evict, and the
+  // transient ring (when there is one).
+  size_t max_batch() const;
+
+  // Decides where every key lives (see the rules above). Keys must be distinct
+  // and at most max_batch(); throws Error otherwise. Evictions happen here.
+  void plan(std::span<const ExpertKey> keys, Phase phase, Plan& out);
+  // The loading slots of `p` now hold their bytes.
+  void commit(const Plan& p);
+  // The loading slots of `p` did not get their bytes: their keys become absent.
+  // Also valid for a plan that plan() left half-built by throwing.
+  void abort(const Plan& p);
+
+  Tier where(ExpertKey k) const;  // Tier::Storage when absent
+  int32_t slot_of(ExpertKey k) const { return slot_of_.at(k); }
+  int32_t host_slot_of(ExpertKey k) const { return host_of_.at(k); }
+  size_t hot_count() const { return hot_count_; }
+  size_t ring_count() const { return ring_.size(); }
+  size_t host_count() const { return host_lru_.size(); }
+  std::vector<ExpertKey> hot_keys() const;  // sorted
+  const ResidencyConfig& config() const { return cfg_; }
+  const Policy& policy() const { return *policy_; }
+
+ private:
+  enum class State : uint8_t { Absent, Hot, Transient };
+  bool slot_locked(int32_t s) const { return s >= 0 && slot_lock_[s] == gen_; }
+  void classify(ExpertKey k, Phase phase, PlanStep& st);
+  void place(PlanStep& st, Plan& out);
+  void make_hot_room(Plan& out);
+  int32_t ring_slot(Plan& out);
+  int32_t take_free();
+  void drop(ExpertKey k, Plan& out);  // k leaves the arena; spills to the host tier
+  void spill(ExpertKey k, int32_t slot, Plan& out);
+  void ring_remove(int32_t slot);
+
+  ResidencyConfig cfg_;
+  std::unique_ptr<Policy> policy_;
+  std::vector<State> state_;       // [num_keys]
+  std::vector<int32_t> slot_of_;   // [num_keys] arena slot or -1
+  std::vector<int32_t> host_of_;   // [num_keys] host slot or -1
+  std::vector<uint64_t> key_gen_;  // [num_keys] last plan generation that used it
+  std::vector<int64_t> key_of_;    // [slots] key or -1
+  std::vector<uint64_t> slot_lock_;  // [slots] generation that locked it
+  std::vector<int32_t> free_;      // free arena slots (stack)
+  size_t hot_count_ = 0;
+  std::list<int32_t> ring_;        // transient slots, front = least recently used
+  std::vector<std::list<int32_t>::iterator> ring_pos_;  // [slots]
+  std::list<int32_t> host_lru_;    // occupied host slots, front = least recently used
+  std::vector<std::list<int32_t>::iterator> host_pos_;  // [host_slots]
+  std::vector<int64_t> host_key_;  // [host_slots] key or -1
+  std::vector<uint64_t> host_lock_;  // [host_slots]
+  std::vector<int32_t> host_free_;
+  uint64_t gen_ = 0;
+};
+
+}  // namespace moetier
