@@ -6,10 +6,14 @@ namespace moetier::kernels {
 
 std::string_view encoding_name(WeightEncoding e) {
   switch (e) {
-    case WeightEncoding::F32: return "f32";
-    case WeightEncoding::BF16: return "bf16";
-    case WeightEncoding::MXFP4: return "mxfp4";
-    case WeightEncoding::CB3: return "cb3";
+    case WeightEncoding::F32:
+      return "f32";
+    case WeightEncoding::BF16:
+      return "bf16";
+    case WeightEncoding::MXFP4:
+      return "mxfp4";
+    case WeightEncoding::CB3:
+      return "cb3";
   }
   return "unknown";
 }
@@ -19,23 +23,29 @@ void check_matview(const MatView& w, std::string_view what) {
   check(w.data != nullptr, "{}: matrix [{}, {}] has no data", what, w.rows, w.cols);
   switch (w.enc) {
     case WeightEncoding::F32:
-    case WeightEncoding::BF16: return;
+    case WeightEncoding::BF16:
+      return;
     case WeightEncoding::MXFP4:
       check(w.cols % 32 == 0, "{}: mxfp4 matrix [{}, {}]: cols must be a multiple of 32", what,
             w.rows, w.cols);
       check(w.scales != nullptr, "{}: mxfp4 matrix [{}, {}] has no scales", what, w.rows, w.cols);
       return;
-    case WeightEncoding::CB3: break;
+    case WeightEncoding::CB3:
+      break;
   }
   fail("{}: encoding {} is not supported by this kernel", what, encoding_name(w.enc));
 }
 
 int64_t row_bytes(const MatView& w) {
   switch (w.enc) {
-    case WeightEncoding::F32: return w.cols * 4;
-    case WeightEncoding::BF16: return w.cols * 2;
-    case WeightEncoding::MXFP4: return w.cols / 2;
-    case WeightEncoding::CB3: break;
+    case WeightEncoding::F32:
+      return w.cols * 4;
+    case WeightEncoding::BF16:
+      return w.cols * 2;
+    case WeightEncoding::MXFP4:
+      return w.cols / 2;
+    case WeightEncoding::CB3:
+      break;
   }
   return 0;
 }

@@ -93,6 +93,11 @@ std::vector<MatmulCase> matmul_cases() {
         for (int64_t n : {1, 2, 3, 17}) v.push_back({enc, rows, cols, n});
   for (auto enc : {WeightEncoding::F32, WeightEncoding::BF16})
     for (int64_t cols : {1, 7, 33, 101}) v.push_back({enc, 67, cols, 3});
+  // Large enough for the multi-threaded path (>= 2^18 multiply-adds).
+  for (auto enc : {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4}) {
+    v.push_back({enc, 301, 1024, 1});
+    v.push_back({enc, 83, 1056, 5});
+  }
   return v;
 }
 
@@ -161,8 +166,8 @@ TEST(CpuKernels, RopeMatchesReference) {
   int64_t n = 5, heads = 3, hd = 34;
   auto inv = ref::rope_inv_freq(hd, 1e6);
   auto x = randn(size_t(n * heads * hd), rng), ref = x;
-  for (int64_t t = 0; t < n; ++t) ref::rope(ref.data() + t * heads * hd, heads, hd, 1000 + t,
-                                            inv.data());
+  for (int64_t t = 0; t < n; ++t)
+    ref::rope(ref.data() + t * heads * hd, heads, hd, 1000 + t, inv.data());
   cpu::rope(x.data(), n, heads, hd, 1000, inv.data());
   EXPECT_LE(rel_err(x, ref), 1e-6);
 }
@@ -182,8 +187,13 @@ TEST(CpuKernels, SoftmaxAndSiluMatchReference) {
 
 TEST(CpuKernels, CausalAttentionMatchesReference) {
   std::mt19937 rng(19);
-  for (auto [n_q, first, heads, kv, hd] : std::vector<std::array<int64_t, 5>>{
-           {1, 0, 4, 2, 16}, {1, 40, 6, 3, 20}, {7, 0, 4, 1, 8}, {5, 13, 8, 8, 12}}) {
+  for (auto [n_q, first, heads, kv, hd] :
+       std::vector<std::array<int64_t, 5>>{{1, 0, 4, 2, 16},
+                                           {1, 40, 6, 3, 20},
+                                           {7, 0, 4, 1, 8},
+                                           {5, 13, 8, 8, 12},
+                                           {33, 100, 8, 2, 64} /* multi-threaded path */,
+                                           {1, 700, 16, 4, 64}}) {
     int64_t n_pos = first + n_q;
     auto q = randn(size_t(n_q * heads * hd), rng), k = randn(size_t(n_pos * kv * hd), rng),
          v = randn(size_t(n_pos * kv * hd), rng);
@@ -217,4 +227,17 @@ TEST(CpuKernels, NanInWeightsIsNotHidden) {
   cpu::matmul(m, x.data(), 1, y.data());
   EXPECT_TRUE(std::isfinite(y[0]));
   EXPECT_TRUE(std::isnan(y[1]));
+}
+
+TEST(CpuKernels, GetRowDecodesEveryEncoding) {
+  std::mt19937 rng(23);
+  for (auto enc : {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4}) {
+    RandomMatrix w(enc, 9, 64, rng);
+    std::vector<float> row(64);
+    for (int64_t r : {0, 4, 8}) {
+      cpu::get_row(w.view, r, row.data());
+      for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(row[size_t(c)], ref::weight_at(w.view, r, c));
+    }
+    EXPECT_THROW(cpu::get_row(w.view, 9, row.data()), Error);
+  }
 }

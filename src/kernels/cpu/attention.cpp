@@ -36,7 +36,7 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
   const int64_t group = n_heads / n_kv;
   const int64_t kv_stride = n_kv * head_dim;
   const int64_t pairs = n_q * n_heads;
-  const bool parallel = pairs > 1 && (first_pos + n_q) * head_dim * pairs >= (int64_t(1) << 14);
+  const bool parallel = pairs > 1 && (first_pos + n_q) * head_dim * pairs >= (int64_t(1) << 17);
 #pragma omp parallel if (parallel)
   {
     std::vector<float> p(static_cast<size_t>(first_pos + n_q));

@@ -24,6 +24,9 @@ int threads();
 // tile into a per-thread scratch (n large). y must not alias x.
 void matmul(const MatView& w, const float* x, int64_t n, float* y);
 
+// out [cols] = row r of w decoded to f32 (embedding lookup).
+void get_row(const MatView& w, int64_t r, float* out);
+
 // y [n, dim]: each row x * rsqrt(mean(x^2) + eps) * weight (f32, as torch).
 // y may alias x.
 void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y);

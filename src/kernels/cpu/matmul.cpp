@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matview.h"
@@ -20,6 +21,8 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 constexpr int64_t kDirectMax = 2;
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = int64_t(1) << 18;
 constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
@@ -87,8 +90,8 @@ inline const float* decode_row(const MatView& w, int64_t r, float* dst) {
   return dst;
 }
 
-MOETIER_CLONES void rows_direct(const MatView& w, const float* x, int64_t n, float* y,
-                                int64_t r0, int64_t r1) {
+MOETIER_CLONES void rows_direct(const MatView& w, const float* x, int64_t n, float* y, int64_t r0,
+                                int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_row(w, r, x + t * w.cols);
 }
@@ -136,11 +139,18 @@ MOETIER_CLONES void rows_tiled(const MatView& w, const float* x, int64_t n, floa
 void set_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }
 int threads() { return omp_get_max_threads(); }
 
+void get_row(const MatView& w, int64_t r, float* out) {
+  kernels::check_matview(w, "cpu::get_row");
+  check(r >= 0 && r < w.rows, "cpu::get_row: row {} outside [0, {})", r, w.rows);
+  const float* p = decode_row(w, r, out);
+  if (p != out) std::copy(p, p + w.cols, out);
+}
+
 void matmul(const MatView& w, const float* x, int64_t n, float* y) {
   kernels::check_matview(w, "cpu::matmul");
   if (n <= 0) return;
   const int64_t blocks = (w.rows + kBlock - 1) / kBlock;
-  const bool parallel = blocks > 1 && w.rows * w.cols * n >= (int64_t(1) << 15);
+  const bool parallel = blocks > 1 && w.rows * w.cols * n >= kParallelMin;
 #pragma omp parallel if (parallel)
   {
     std::vector<float> scratch(n > kDirectMax ? size_t(4 * w.cols) : 0);

@@ -52,8 +52,7 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 1; i < n; ++i) m = std::fmax(m, x[i]);
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += x[i] = std::exp(x[i] - m);
-  float inv = 1.0f / sum;
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  for (int64_t i = 0; i < n; ++i) x[i] /= sum;  // divide, as torch
 }
 
 void silu_mul(float* g, const float* u, int64_t n) {

@@ -6,7 +6,8 @@ namespace moetier::ref {
 
 float weight_at(const MatView& w, int64_t r, int64_t c) {
   switch (w.enc) {
-    case WeightEncoding::F32: return static_cast<const float*>(w.data)[r * w.cols + c];
+    case WeightEncoding::F32:
+      return static_cast<const float*>(w.data)[r * w.cols + c];
     case WeightEncoding::BF16:
       return bf16_to_f32(static_cast<const uint16_t*>(w.data)[r * w.cols + c]);
     case WeightEncoding::MXFP4: {
@@ -15,7 +16,8 @@ float weight_at(const MatView& w, int64_t r, int64_t c) {
       uint8_t code = (c % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
       return e2m1_to_f32(code) * e8m0_to_f32(w.scales[r * (w.cols / 32) + c / 32]);
     }
-    case WeightEncoding::CB3: break;
+    case WeightEncoding::CB3:
+      break;
   }
   kernels::check_matview(w, "ref::weight_at");
   return 0.0f;

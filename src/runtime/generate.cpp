@@ -1,0 +1,54 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace moetier {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+GenerateStats generate(const Qwen3MoeModel& model, ExpertProvider& experts,
+                       std::span<const int32_t> prompt, const GenerateOptions& opt,
+                       const std::function<void(int32_t)>& on_token) {
+  check(!prompt.empty(), "generate: the prompt has no tokens");
+  check(opt.max_new_tokens >= 0, "generate: max_new_tokens {} < 0", opt.max_new_tokens);
+  GenerateStats st;
+  st.prompt_tokens = int64_t(prompt.size());
+  if (opt.max_new_tokens == 0) return st;
+  KvCache kv = KvCache::for_model(model.config(), st.prompt_tokens + opt.max_new_tokens);
+  Sampler sampler(opt.sampling);
+  ForwardOptions fo;
+  fo.observer = opt.observer;
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits = model.forward(prompt, 0, kv, experts, fo);
+  st.prefill_seconds = seconds_since(t0);
+
+  int64_t pos = st.prompt_tokens;
+  t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const int32_t tok = sampler.sample(logits);
+    if (std::find(opt.eos.begin(), opt.eos.end(), tok) != opt.eos.end()) {
+      st.stopped_at_eos = true;
+      break;
+    }
+    st.tokens.push_back(tok);
+    ++st.generated_tokens;
+    if (on_token) on_token(tok);
+    if (st.generated_tokens == opt.max_new_tokens) break;
+    const int32_t chunk[1] = {tok};
+    logits = model.forward(chunk, pos++, kv, experts, fo);
+    ++st.decode_steps;
+  }
+  st.decode_seconds = seconds_since(t0);
+  return st;
+}
+
+}  // namespace moetier

@@ -1,0 +1,65 @@
+#include "runtime/mapped_experts.h"
+
+#include "core/error.h"
+#include "format/safetensors.h"
+#include "runtime/weights.h"
+
+namespace moetier {
+
+ExpertView map_expert(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t layer,
+                      int64_t expert) {
+  const int64_t h = cfg.hidden_size, in = cfg.moe_intermediate_size, ne = cfg.num_experts;
+  const ExpertTensors t = expert_tensors(ck, layer, expert);
+  ExpertView v;
+  switch (t.layout) {
+    case ExpertLayout::Stacked:
+      v.gate = runtime::stacked_view(ck, t.gate, ne, t.index, 2 * in, 0, in, h);
+      v.up = runtime::stacked_view(ck, t.up, ne, t.index, 2 * in, in, in, h);
+      v.down = runtime::stacked_view(ck, t.down, ne, t.index, h, 0, h, in);
+      break;
+    case ExpertLayout::PerExpert:
+      v.gate = runtime::matrix_view(ck, t.gate, in, h);
+      v.up = runtime::matrix_view(ck, t.up, in, h);
+      v.down = runtime::matrix_view(ck, t.down, h, in);
+      break;
+    case ExpertLayout::PerExpertMxfp4:
+      v.gate = runtime::mxfp4_view(ck, t.gate, t.gate_scale, in, h);
+      v.up = runtime::mxfp4_view(ck, t.up, t.up_scale, in, h);
+      v.down = runtime::mxfp4_view(ck, t.down, t.down_scale, h, in);
+      break;
+  }
+  return v;
+}
+
+MappedExperts::MappedExperts(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t max_batch)
+    : num_experts_(cfg.num_experts),
+      max_batch_(max_batch > 0 ? max_batch : cfg.num_experts),
+      views_(static_cast<size_t>(cfg.num_hidden_layers)) {
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    if (!cfg.is_moe_layer(l)) continue;
+    auto& layer = views_[size_t(l)];
+    layer.reserve(static_cast<size_t>(num_experts_));
+    for (int64_t e = 0; e < num_experts_; ++e) layer.push_back(map_expert(ck, cfg, l, e));
+  }
+}
+
+const ExpertView& MappedExperts::view(int64_t layer, int32_t expert) const {
+  check(layer >= 0 && layer < int64_t(views_.size()) && !views_[size_t(layer)].empty(),
+        "mapped experts: layer {} is not a MoE layer", layer);
+  check(expert >= 0 && expert < num_experts_, "mapped experts: layer {}: expert {} outside [0, {})",
+        layer, expert, num_experts_);
+  return views_[size_t(layer)][size_t(expert)];
+}
+
+void MappedExperts::acquire(int64_t layer, std::span<const int32_t> ids, Phase,
+                            std::vector<ExpertView>& views) {
+  check(int64_t(ids.size()) <= max_batch_,
+        "mapped experts: layer {}: {} experts asked in one acquire, max_batch is {}", layer,
+        ids.size(), max_batch_);
+  views.clear();
+  for (int32_t id : ids) view(layer, id);  // validate all before filling any
+  for (int32_t id : ids) views.push_back(view(layer, id));
+  ++acquire_calls_;
+}
+
+}  // namespace moetier

@@ -1,0 +1,46 @@
+// MappedExperts: the ExpertProvider for a checkpoint that fits in memory.
+// Every expert of every MoE layer is a view into the Checkpoint's mmap, for
+// all three layouts (model/qwen3_moe.h): stacked f32/bf16 (gate/up are the
+// first/second I rows of gate_up_proj[e]), per-expert f32/bf16 and
+// per-expert MXFP4. All views are built and validated (dtype, shape, bytes)
+// at construction, so acquire() only copies views.
+//
+// Protocol: as ExpertProvider (one caller thread). Views stay valid for the
+// Checkpoint's lifetime, which is longer than the protocol promises.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "experts/provider.h"
+#include "model/qwen3_moe.h"
+
+namespace moetier {
+
+class Checkpoint;
+
+class MappedExperts : public ExpertProvider {
+ public:
+  // max_batch <= 0: all experts of a layer in one acquire().
+  MappedExperts(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t max_batch = 0);
+
+  int64_t max_batch() const override { return max_batch_; }
+  // Throws Error for a dense layer, an id out of range or too many ids.
+  void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,
+               std::vector<ExpertView>& views) override;
+
+  // The view of one expert (throws like acquire).
+  const ExpertView& view(int64_t layer, int32_t expert) const;
+  int64_t acquire_calls() const { return acquire_calls_; }
+
+ private:
+  int64_t num_experts_ = 0, max_batch_ = 0, acquire_calls_ = 0;
+  std::vector<std::vector<ExpertView>> views_;  // [layer][expert]; empty for dense layers
+};
+
+// One expert's views as stored in ck (no caching, full validation).
+ExpertView map_expert(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t layer,
+                      int64_t expert);
+
+}  // namespace moetier

@@ -1,0 +1,50 @@
+// qwen3_moe routing: router logits = gate.weight x, softmax in f32 over all
+// experts, top-k (descending probability, ties to the lower expert id as
+// torch.topk), optional renormalization of the k probabilities.
+//
+// The per-layer routing of every forward pass can be observed through a
+// RoutingObserver (the trace tool records it); the observer runs on the
+// forward pass's thread, synchronously, and must not keep the spans.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "experts/provider.h"
+
+namespace moetier {
+
+struct Routing {
+  int64_t n_tokens = 0, k = 0, num_experts = 0;
+  std::vector<float> probs;      // [n_tokens, num_experts] softmax of the router logits
+  std::vector<int32_t> experts;  // [n_tokens, k] chosen expert ids, by descending prob
+  std::vector<float> weights;    // [n_tokens, k] their weights (renormalized if asked)
+};
+
+// x [n, hidden]; router [num_experts, hidden].
+Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob);
+
+struct RoutingEvent {
+  int64_t layer = 0;
+  int64_t start_pos = 0;  // position of the chunk's first token
+  Phase phase = Phase::Decode;
+  const Routing* routing = nullptr;
+  std::span<const int32_t> tokens;  // [n_tokens] the chunk's input token ids
+};
+using RoutingObserver = std::function<void(const RoutingEvent&)>;
+
+// Tokens grouped by expert: for expert ids[i], rows tokens[offsets[i] ..
+// offsets[i+1]) with slot (position in that token's top-k) in slots[...].
+// ids ascending; within an expert, tokens ascending.
+struct ExpertGroups {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> slots;
+};
+ExpertGroups group_by_expert(const Routing& r);
+
+}  // namespace moetier
