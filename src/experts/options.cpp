@@ -1,0 +1,154 @@
+#include "experts/options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "format/safetensors.h"
+#include "format/safetensors_writer.h"
+#include "io/sysinfo.h"
+#include "model/qwen3_moe.h"
+
+namespace moetier {
+
+namespace {
+
+// Slots for "--arena N%" of `total` experts; 0 when `text` is not a percentage.
+size_t percent_slots(const std::string& text, size_t total) {
+  if (text.empty() || text.back() != '%') return 0;
+  double pct = 0;
+  std::string num = text.substr(0, text.size() - 1);
+  size_t used = 0;
+  try {
+    pct = std::stod(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  check(used == num.size() && used > 0 && pct > 0 && pct <= 100,
+        "--arena: invalid percentage '{}' (expected 0 < N <= 100)", text);
+  return std::max<size_t>(1, size_t(std::ceil(pct / 100.0 * double(total) - 1e-9)));
+}
+
+size_t default_transient(size_t hot, int64_t E, int64_t k) {
+  return std::min<size_t>(size_t(E), std::max<size_t>(size_t(k), hot / 8));
+}
+
+struct Sizing {
+  size_t hot = 0, transient = 0;
+  std::string how;
+};
+
+Sizing size_hot(const ExpertIndex& ix, const Qwen3MoeConfig& cfg, const ExpertOptions& opt) {
+  const size_t total = ix.total_experts(), slot = ix.slot_bytes();
+  const int64_t E = cfg.num_experts, k = cfg.num_experts_per_tok;
+  check(opt.arena.empty() || opt.arena_experts < 0,
+        "--arena and --arena-experts are alternatives; give one");
+  check(opt.transient >= -1, "--transient: {} must not be negative", opt.transient);
+  Sizing s;
+  if (opt.arena_experts >= 0) {
+    check(opt.arena_experts > 0, "--arena-experts: needs at least 1 slot");
+    s.hot = size_t(opt.arena_experts);
+    s.how = "--arena-experts";
+  } else if (!opt.arena.empty()) {
+    s.hot = percent_slots(opt.arena, total);
+    if (s.hot == 0) {
+      uint64_t bytes = parse_bytes(opt.arena, "--arena");
+      s.hot = size_t(bytes / slot);
+      check(s.hot > 0, "--arena: {} holds no expert (one slot is {})", opt.arena,
+            format_bytes(slot));
+    }
+    s.how = "--arena " + opt.arena;
+  } else {
+    auto avail = io::mem_available_bytes();
+    check(avail.has_value(),
+          "cannot read MemAvailable from /proc/meminfo; give --arena or --arena-experts");
+    size_t budget = size_t(*avail / 2 / slot);
+    size_t ring = opt.transient >= 0 ? size_t(opt.transient)
+                                     : default_transient(budget, E, k);
+    check(budget > ring + size_t(k),
+          "half of MemAvailable ({}) holds only {} experts of {}; give --arena or "
+          "--arena-experts",
+          format_bytes(*avail / 2), budget, format_bytes(slot));
+    s.hot = std::min(total, budget - ring);
+    s.transient = ring;
+    s.how = fmt::format("default: half of MemAvailable {}", format_bytes(*avail));
+  }
+  if (s.hot > total) {
+    s.how += fmt::format(", capped at the model's {} experts", total);
+    s.hot = total;
+  }
+  if (opt.transient >= 0) {
+    s.transient = size_t(opt.transient);
+  } else if (s.transient == 0) {
+    s.transient = default_transient(s.hot, E, k);
+  }
+  return s;
+}
+
+}  // namespace
+
+ArenaConfig resolve_arena_config(const ExpertIndex& ix, const Qwen3MoeConfig& cfg,
+                                 const ExpertOptions& opt, std::string* summary) {
+  const size_t total = ix.total_experts(), slot = ix.slot_bytes();
+  Sizing s = size_hot(ix, cfg, opt);
+  ArenaConfig ac;
+  ac.hot_slots = s.hot;
+  ac.transient_slots = s.transient;
+  if (!opt.host_cache.empty()) {
+    ac.host_slots = std::min<size_t>(total, parse_bytes(opt.host_cache, "--host-cache") / slot);
+  }
+  ac.policy = parse_policy_kind(opt.policy);
+  check(opt.ranking.empty() || ac.policy == PolicyKind::Pinned,
+        "--ranking: only used with --policy pinned");
+  if (ac.policy == PolicyKind::Pinned) {
+    check(!opt.ranking.empty(), "--policy pinned: needs --ranking FILE (from moetier trace)");
+    ac.ranking = read_ranking(opt.ranking, cfg.num_hidden_layers, cfg.num_experts);
+    // Leave at least max(k, a quarter of the slots) to LRU.
+    size_t reserve = std::max<size_t>(size_t(cfg.num_experts_per_tok), (s.hot + 3) / 4);
+    ac.max_pinned = s.hot > reserve ? s.hot - reserve : 0;
+  }
+  check(opt.io == "auto" || opt.io == "uring" || opt.io == "pool",
+        "--io: unknown reader '{}' (auto, uring, pool)", opt.io);
+  ac.reader = opt.io == "uring"  ? io::ReaderKind::Uring
+              : opt.io == "pool" ? io::ReaderKind::Pool
+                                 : io::ReaderKind::Auto;
+  check(opt.io_depth >= 1 && opt.io_depth <= 4096, "--io-depth: {} outside [1, 4096]",
+        opt.io_depth);
+  ac.io_depth = opt.io_depth;
+  ac.direct = !opt.buffered;
+  if (summary) {
+    *summary = fmt::format(
+        "experts: arena {} hot + {} transient slots x {} = {} ({:.1f}% of {} experts; {}), "
+        "host tier {} slots, policy {}",
+        ac.hot_slots, ac.transient_slots, format_bytes(slot),
+        format_bytes(uint64_t(ac.hot_slots + ac.transient_slots) * slot),
+        100.0 * double(ac.hot_slots) / double(total), total, s.how, ac.host_slots, opt.policy);
+  }
+  return ac;
+}
+
+std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck,
+                                                   const Qwen3MoeConfig& cfg,
+                                                   const ExpertOptions& opt,
+                                                   ExpertStats* stats) {
+  ExpertIndex ix = ExpertIndex::build(ck, cfg);
+  std::string summary;
+  ArenaConfig ac = resolve_arena_config(ix, cfg, opt, &summary);
+  auto p = std::make_unique<ArenaExperts>(std::move(ix), ac, stats);
+  if (!opt.quiet) {
+    std::fprintf(stderr, "moetier: %s, reader %s\n", summary.c_str(), p->reader().name().c_str());
+  }
+  return p;
+}
+
+void report_expert_stats(const ExpertOptions& opt, ExpertStats& stats) {
+  stats.sample_process_io();
+  if (opt.stats) std::fputs(stats.format().c_str(), stderr);
+  if (!opt.stats_json.empty()) write_file_atomic(opt.stats_json, stats.to_json().dump(2) + "\n");
+}
+
+}  // namespace moetier

@@ -1,0 +1,61 @@
+// Expert-store options as the command line gives them, and the factory that
+// turns them into a provider. The CLI11 part is in src/tools/expert_flags.h.
+//
+// Sizing (docs/cache-protocol.md):
+//   --arena BYTES        hot slots = BYTES / slot size ("8GiB", "500MB", ...)
+//   --arena N%           hot slots = ceil(N% of all experts of the model)
+//   --arena-experts N    hot slots = N
+//   --transient M        transient ring slots, in addition to the hot slots
+//                        (default: min(E, max(k, hot / 8)))
+//   --host-cache BYTES   host-RAM tier slots = BYTES / slot size (default none)
+// With none of --arena / --arena-experts, the hot set gets half of
+// MemAvailable (/proc/meminfo) minus the ring, capped at the whole model; the
+// choice is printed. Hot slots are capped at the number of experts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "experts/arena_experts.h"
+#include "experts/provider.h"
+#include "experts/stats.h"
+
+namespace moetier {
+
+class Checkpoint;
+struct Qwen3MoeConfig;
+
+struct ExpertOptions {
+  std::string arena;           // --arena BYTES or N% ("" = not given)
+  int64_t arena_experts = -1;  // --arena-experts N (-1 = not given)
+  int64_t transient = -1;      // --transient M (-1 = default)
+  std::string host_cache;      // --host-cache BYTES ("" = no host tier)
+  std::string policy = "lru";  // --policy lru|lfu|pinned
+  std::string ranking;         // --ranking FILE (with --policy pinned)
+  std::string io = "auto";     // --io auto|uring|pool
+  int io_depth = 16;           // --io-depth N
+  bool buffered = false;       // --no-direct: page-cache reads instead of O_DIRECT
+  bool mapped = false;         // --mapped: all experts resident through the mmap (no arena)
+  bool stats = false;          // --stats: print ExpertStats to stderr at the end
+  std::string stats_json;      // --stats-json FILE
+  bool quiet = false;          // do not print the chosen sizes
+};
+
+// The arena configuration the options ask for, given the model; `summary` gets
+// one line describing the choice (and where defaults came from).
+ArenaConfig resolve_arena_config(const ExpertIndex& index, const Qwen3MoeConfig& cfg,
+                                 const ExpertOptions& opt, std::string* summary);
+
+// The arena-backed provider. stats may be null. Prints the summary line to
+// stderr unless opt.quiet. (opt.mapped is the caller's business: MappedExperts
+// lives in the runtime.)
+std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck,
+                                                   const Qwen3MoeConfig& cfg,
+                                                   const ExpertOptions& opt, ExpertStats* stats);
+
+// --stats / --stats-json at the end of a run: prints stats.format() to stderr
+// and writes stats.to_json() to the file (atomically).
+void report_expert_stats(const ExpertOptions& opt, ExpertStats& stats);
+
+}  // namespace moetier
