@@ -44,6 +44,7 @@ struct Index {
 struct CheckpointLoader {
   Checkpoint& ck;
   std::vector<std::string>& problems;
+  uint64_t shard_bytes = 0;  // every tensor found in the shards, however the index maps it
 
   std::string at(const std::string& name) const { return (ck.dir_ / name).string(); }
 
@@ -147,6 +148,7 @@ struct CheckpointLoader {
     std::map<std::string, bool> here;
     for (auto& t : ts) {
       here[t.name] = true;
+      shard_bytes += t.nbytes();
       auto it = idx.weight_map.find(t.name);
       if (it == idx.weight_map.end()) {
         problems.push_back(
@@ -171,8 +173,7 @@ struct CheckpointLoader {
   }
 
   void check_total(uint64_t total) {
-    uint64_t sum = 0;
-    for (const auto& t : ck.tensors_) sum += t.nbytes();
+    uint64_t sum = shard_bytes;
     if (sum != total)
       problems.push_back(
           fmt::format("{}: field 'metadata.total_size': {} does not match the sum "
