@@ -73,7 +73,7 @@ Sizing size_hot(const ExpertIndex& ix, const Qwen3MoeConfig& cfg, const ExpertOp
           "half of MemAvailable ({}) holds only {} experts of {}; give --arena or "
           "--arena-experts",
           format_bytes(*avail / 2), budget, format_bytes(slot));
-    s.hot = std::min(total, budget - ring);
+    s.hot = budget - ring;
     s.transient = ring;
     s.how = fmt::format("default: half of MemAvailable {}", format_bytes(*avail));
   }
