@@ -17,7 +17,7 @@
 set -uo pipefail
 
 START=$(date +%s)
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 MODE=full
 [[ "${1:-}" == "--smoke" ]] && MODE=smoke
 OUTDIR=${OUT:-/tmp/moetier-device-out}
@@ -71,9 +71,10 @@ run 2>&1 | tee "$LOG"
 RC=${PIPESTATUS[0]}
 
 cp "$LOG" "$OUTDIR/$NAME.log"
-if [[ -f "$MODEL/reference_eval.json" ]]; then
-  tar -cf "/tmp/$NAME.tar" "$MODEL" "$FIX" "$LOG" "$DOC" 2>/dev/null \
-    || tar -cf "/tmp/$NAME.tar" "$MODEL" "$FIX" "$LOG"
+if [[ -f "$MODEL/model.safetensors" ]]; then
+  PACK=()
+  for p in "$MODEL" "$FIX" "$LOG" "$DOC"; do [[ -e "$p" ]] && PACK+=("$p"); done
+  tar -cf "/tmp/$NAME.tar" "${PACK[@]}"
   rm -f "$OUTDIR/$NAME.tar.part"*
   split -b 15m -d -a 2 "/tmp/$NAME.tar" "$OUTDIR/$NAME.tar.part"
   TAR_SHA=$(sha256sum "/tmp/$NAME.tar" | cut -d' ' -f1)
