@@ -379,7 +379,15 @@ def write_config(cfg, out_dir):
     c.output_router_logits = False
     c.use_cache = True
     c.architectures = ["Qwen3MoeForCausalLM"]
-    d = c.to_dict()
+    try:  # exactly what transformers writes (the golden fixtures use it too)
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            c.save_pretrained(tmp)
+            with open(os.path.join(tmp, "config.json")) as f:
+                d = json.load(f)
+    except Exception as e:  # noqa: BLE001
+        log("config.save_pretrained failed (%s); using to_dict()" % e)
+        d = c.to_dict()
     d = {k: v for k, v in d.items() if not k.startswith("_") and "implementation" not in k}
     d["dtype"] = "bfloat16"
     d.pop("torch_dtype", None)
