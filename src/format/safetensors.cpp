@@ -240,9 +240,10 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-std::vector<TensorInfo> parse_safetensors_header(const std::filesystem::path& file,
-                                                 uint32_t shard_index, Shard& shard,
-                                                 std::vector<std::string>& problems) {
+namespace {
+
+std::vector<TensorInfo> parse_header(const std::filesystem::path& file, uint32_t shard_index,
+                                     Shard& shard, std::vector<std::string>& problems) {
   shard.path = file;
   shard.file_size = 0;
   shard.data_offset = 0;
@@ -267,6 +268,19 @@ std::vector<TensorInfo> parse_safetensors_header(const std::filesystem::path& fi
     check_coverage(std::move(ptrs), c);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<TensorInfo> parse_safetensors_header(const std::filesystem::path& file,
+                                                 uint32_t shard_index, Shard& shard,
+                                                 std::vector<std::string>& problems) {
+  try {
+    return parse_header(file, shard_index, shard, problems);
+  } catch (const std::exception& e) {  // e.g. bad_alloc: still one line, never a throw
+    problems.push_back(fmt::format("{}: cannot parse: {}", file.string(), printable(e.what())));
+    return {};
+  }
 }
 
 }  // namespace moetier
