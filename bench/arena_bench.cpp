@@ -1,0 +1,171 @@
+// arena_bench: decode tok/s and expert reads per token at several arena sizes.
+//
+//   arena_bench DIR [--sizes 100,50,25,10] [--prompt 32] [--decode 64]
+//               [--transient M] [--policy lru] [--threads T] [--json FILE]
+//   arena_bench --make-synthetic DIR [--layers 8 --experts 64 --top-k 8
+//               --hidden 1024 --moe-inter 512 --bf16]
+//
+// For each size: a fresh (cold) arena, a random prompt of --prompt tokens
+// processed in one chunk (prefill), then --decode greedy tokens. Decode figures
+// count only the decode steps. A `mapped` row (all experts resident through the
+// checkpoint's mmap) is the ceiling. Not a test: nothing is asserted.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "experts/options.h"
+#include "format/safetensors.h"
+#include "format/safetensors_writer.h"
+#include "kernels/cpu/cpu.h"
+#include "runtime/kv_cache.h"
+#include "runtime/mapped_experts.h"
+#include "runtime/model.h"
+#include "synthetic.h"
+
+using namespace moetier;
+
+namespace {
+
+struct Args {
+  std::string dir, json, sizes = "100,50,25,10", policy = "lru";
+  int64_t prompt = 32, decode = 64, transient = -1;
+  int threads = 0;
+  uint32_t seed = 1;
+};
+
+struct Row {
+  std::string arena;
+  double prefill_tps = 0, decode_tps = 0;
+  double reads_per_token = 0, read_mib_per_token = 0, hit_rate = 0, all_hit = 0, stall_share = 0;
+  uint64_t hot_slots = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Row measure(const Qwen3MoeModel& m, ExpertProvider& ex, ExpertStats* stats, const Args& a) {
+  const Qwen3MoeConfig& c = m.config();
+  std::mt19937 rng(a.seed);
+  std::vector<int32_t> prompt(size_t(a.prompt));
+  for (auto& t : prompt) t = int32_t(rng() % uint64_t(c.vocab_size));
+  KvCache kv = KvCache::for_model(c, a.prompt + a.decode + 1);
+  Row r;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits = m.forward(prompt, 0, kv, ex);
+  r.prefill_tps = double(a.prompt) / seconds_since(t0);
+  LayerCounters before = stats ? stats->total() : LayerCounters{};
+  t0 = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < a.decode; ++s) {
+    std::vector<int32_t> one{
+        int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    logits = m.forward(one, a.prompt + s, kv, ex);
+  }
+  double dt = seconds_since(t0);
+  r.decode_tps = double(a.decode) / dt;
+  if (stats) {
+    LayerCounters d = stats->total();
+    uint64_t uses = d.uses - before.uses, misses = d.misses - before.misses;
+    uint64_t steps = d.steps - before.steps, all = d.all_hit_steps - before.all_hit_steps;
+    r.reads_per_token = double(misses) / double(a.decode);
+    r.read_mib_per_token = double(d.read_bytes - before.read_bytes) / double(a.decode) / 1048576.0;
+    r.hit_rate = uses ? 1.0 - double(misses) / double(uses) : 0;
+    r.all_hit = steps ? double(all) / double(steps) : 0;
+    r.stall_share = double(d.stall_ns - before.stall_ns) * 1e-9 / dt;
+    r.hot_slots = stats->hot_slots;
+  }
+  return r;
+}
+
+void run(const Args& a) {
+  cpu::set_threads(a.threads);
+  auto ck = Checkpoint::open(a.dir);
+  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
+  std::vector<Row> rows;
+  {
+    MappedExperts mapped(*ck, model.config());
+    measure(model, mapped, nullptr, a);  // warm the page cache
+    Row r = measure(model, mapped, nullptr, a);
+    r.arena = "mapped";
+    rows.push_back(r);
+  }
+  std::stringstream ss(a.sizes);
+  for (std::string size; std::getline(ss, size, ',');) {
+    ExpertOptions o;
+    o.arena = size + "%";
+    o.transient = a.transient;
+    o.policy = a.policy;
+    o.quiet = true;
+    ExpertStats stats;
+    auto arena = make_expert_provider(*ck, model.config(), o, &stats);
+    Row r = measure(model, *arena, &stats, a);
+    r.arena = o.arena;
+    rows.push_back(r);
+  }
+  std::printf("model %s: prompt %lld tokens, decode %lld tokens, policy %s\n", a.dir.c_str(),
+              (long long)a.prompt, (long long)a.decode, a.policy.c_str());
+  std::printf("| arena | hot slots | prefill tok/s | decode tok/s | expert reads/token | "
+              "MiB read/token | hit rate | all-k-hit | I/O stall |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    std::printf("| %s | %llu | %.1f | %.1f | %.2f | %.3f | %.1f%% | %.1f%% | %.1f%% |\n",
+                r.arena.c_str(), (unsigned long long)r.hot_slots, r.prefill_tps, r.decode_tps,
+                r.reads_per_token, r.read_mib_per_token, 100 * r.hit_rate, 100 * r.all_hit,
+                100 * r.stall_share);
+    out.push_back({{"arena", r.arena}, {"hot_slots", r.hot_slots},
+                   {"prefill_tok_s", r.prefill_tps}, {"decode_tok_s", r.decode_tps},
+                   {"reads_per_token", r.reads_per_token},
+                   {"read_mib_per_token", r.read_mib_per_token}, {"hit_rate", r.hit_rate},
+                   {"all_hit_share", r.all_hit}, {"stall_share", r.stall_share}});
+  }
+  if (!a.json.empty()) write_file_atomic(a.json, out.dump(2) + "\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"arena_bench: decode speed and expert reads per token by arena size"};
+  Args a;
+  std::string synth;
+  bench::SyntheticSpec s;
+  bool bf16 = false;
+  app.add_option("dir", a.dir, "Checkpoint directory");
+  app.add_option("--sizes", a.sizes, "Arena sizes in % of all experts (default 100,50,25,10)");
+  app.add_option("--prompt", a.prompt, "Prompt tokens (default 32)");
+  app.add_option("--decode", a.decode, "Decoded tokens (default 64)");
+  app.add_option("--transient", a.transient, "Transient ring slots (default: derived)");
+  app.add_option("--policy", a.policy, "lru, lfu");
+  app.add_option("--threads", a.threads, "CPU threads (0: all)");
+  app.add_option("--seed", a.seed, "Prompt seed");
+  app.add_option("--json", a.json, "Write the rows as JSON");
+  app.add_option("--make-synthetic", synth, "Write a synthetic checkpoint to this directory");
+  app.add_option("--layers", s.layers);
+  app.add_option("--experts", s.experts);
+  app.add_option("--top-k", s.top_k);
+  app.add_option("--hidden", s.hidden);
+  app.add_option("--moe-inter", s.moe_inter);
+  app.add_flag("--bf16", bf16, "Synthetic experts in bf16 (default MXFP4)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!synth.empty()) {
+      s.mxfp4 = !bf16;
+      bench::write_synthetic(synth, s);
+      std::printf("wrote %s\n", synth.c_str());
+      return 0;
+    }
+    check(!a.dir.empty(), "give a checkpoint directory");
+    run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arena_bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
