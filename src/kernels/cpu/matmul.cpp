@@ -8,11 +8,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/mxfp4_dot.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/matview.h"
 
@@ -23,8 +25,6 @@ constexpr int64_t kBlock = 16;
 constexpr int64_t kDirectMax = 2;
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = int64_t(1) << 18;
-constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 inline float dot_f32(const float* w, const float* x, int64_t cols) {
   float acc = 0.0f;
@@ -40,30 +40,15 @@ inline float dot_bf16(const uint16_t* w, const float* x, int64_t cols) {
   return acc;
 }
 
-// One mxfp4 row: d [cols/2] code pairs, s [cols/32] e8m0 scales.
-inline float dot_mxfp4(const uint8_t* d, const uint8_t* s, const float* x, int64_t cols) {
-  float acc = 0.0f;
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    const uint8_t* db = d + b * 16;
-    const float* xb = x + b * 32;
-    float part = 0.0f;
-#pragma omp simd reduction(+ : part)
-    for (int j = 0; j < 16; ++j)
-      part += kE2m1[db[j] & 15] * xb[2 * j] + kE2m1[db[j] >> 4] * xb[2 * j + 1];
-    acc += part * e8m0_to_f32(s[b]);
-  }
-  return acc;
-}
-
-inline float dot_row(const MatView& w, int64_t r, const float* x) {
+inline float dot_row(const MatView& w, int64_t r, const float* x, detail::Mxfp4Dot mx) {
   switch (w.enc) {
     case WeightEncoding::F32:
       return dot_f32(static_cast<const float*>(w.data) + r * w.cols, x, w.cols);
     case WeightEncoding::BF16:
       return dot_bf16(static_cast<const uint16_t*>(w.data) + r * w.cols, x, w.cols);
     default:
-      return dot_mxfp4(static_cast<const uint8_t*>(w.data) + r * (w.cols / 2),
-                       w.scales + r * (w.cols / 32), x, w.cols);
+      return mx(static_cast<const uint8_t*>(w.data) + r * (w.cols / 2),
+                w.scales + r * (w.cols / 32), x, w.cols);
   }
 }
 
@@ -80,20 +65,20 @@ inline const float* decode_row(const MatView& w, int64_t r, float* dst) {
   const uint8_t* d = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
   const uint8_t* s = w.scales + r * (cols / 32);
   for (int64_t b = 0; b < cols / 32; ++b) {
-    float sc = e8m0_to_f32(s[b]);
-    for (int j = 0; j < 16; ++j) {
-      uint8_t byte = d[b * 16 + j];
-      dst[b * 32 + 2 * j] = kE2m1[byte & 15] * sc;
-      dst[b * 32 + 2 * j + 1] = kE2m1[byte >> 4] * sc;
-    }
+    const float sc = e8m0_to_f32(s[b]);
+    float* out = dst + b * 32;
+    for (int j = 0; j < 16; ++j) std::memcpy(out + 2 * j, detail::kMxfp4Pairs.v[d[b * 16 + j]], 8);
+#pragma omp simd
+    for (int j = 0; j < 32; ++j) out[j] *= sc;
   }
   return dst;
 }
 
 MOETIER_CLONES void rows_direct(const MatView& w, const float* x, int64_t n, float* y, int64_t r0,
                                 int64_t r1) {
+  const detail::Mxfp4Dot mx = detail::best_mxfp4_dot();
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_row(w, r, x + t * w.cols);
+    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_row(w, r, x + t * w.cols, mx);
 }
 
 // Four decoded rows w0..w3 dotted with every row of X.
