@@ -51,7 +51,7 @@ class TokenMatcher {
  private:
   int32_t child(int32_t node, unsigned char c) const;
   std::unordered_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) -> node
-  std::vector<int32_t> terminal_;                 // [nodes] pattern index or -1
+  std::vector<int32_t> terminal_;                // [nodes] pattern index or -1
   bool first_byte_[256] = {};
 };
 

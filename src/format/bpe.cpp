@@ -9,9 +9,7 @@ namespace moetier::tok {
 
 namespace {
 
-uint64_t pair_key(int32_t a, int32_t b) {
-  return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-}
+uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
 // Reads an optional string option: null/absent -> "".
 std::string opt_string(const nlohmann::json& m, const char* key, const std::string& file) {
@@ -49,9 +47,25 @@ Bpe::Bpe(const nlohmann::json& m, const std::string& file, bool byte_level)
   byte_fallback_ = opt_bool(m, "byte_fallback", file);
   ignore_merges_ = opt_bool(m, "ignore_merges", file);
 
+  parse_vocab(m, file);
+  std::string unk = opt_string(m, "unk_token", file);
+  if (!unk.empty()) {
+    auto id = token_to_id(unk);
+    check(id.has_value(), "{}: field 'model.unk_token': '{}' is not in the vocabulary", file, unk);
+    unk_id_ = id;
+  }
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    unicode::append_utf8(s, unicode::byte_to_unicode()[b]);
+    byte_ids_[b] = token_to_id(s).value_or(-1);
+  }
+
+  parse_merges(m, file);
+}
+
+void Bpe::parse_vocab(const nlohmann::json& m, const std::string& file) {
   auto vocab = m.find("vocab");
-  check(vocab != m.end() && vocab->is_object(), "{}: field 'model.vocab' must be an object",
-        file);
+  check(vocab != m.end() && vocab->is_object(), "{}: field 'model.vocab' must be an object", file);
   vocab_.reserve(vocab->size());
   int64_t max_id = -1;
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
@@ -69,22 +83,11 @@ Bpe::Bpe(const nlohmann::json& m, const std::string& file, bool byte_level)
     id_to_token_[id] = tok;
     has_id_[id] = true;
   }
+}
 
-  std::string unk = opt_string(m, "unk_token", file);
-  if (!unk.empty()) {
-    auto id = token_to_id(unk);
-    check(id.has_value(), "{}: field 'model.unk_token': '{}' is not in the vocabulary", file, unk);
-    unk_id_ = id;
-  }
-  for (int b = 0; b < 256; ++b) {
-    std::string s;
-    unicode::append_utf8(s, unicode::byte_to_unicode()[b]);
-    byte_ids_[b] = token_to_id(s).value_or(-1);
-  }
-
+void Bpe::parse_merges(const nlohmann::json& m, const std::string& file) {
   auto merges = m.find("merges");
-  check(merges != m.end() && merges->is_array(), "{}: field 'model.merges' must be an array",
-        file);
+  check(merges != m.end() && merges->is_array(), "{}: field 'model.merges' must be an array", file);
   merges_.reserve(merges->size());
   uint32_t rank = 0;
   for (size_t i = 0; i < merges->size(); ++i) {
@@ -95,8 +98,8 @@ Bpe::Bpe(const nlohmann::json& m, const std::string& file, bool byte_level)
       if (s.starts_with("#version")) continue;
       size_t sp = s.find(' ');
       check(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
-            "{}: field 'model.merges[{}]': '{}' is not two tokens separated by one space", file,
-            i, s);
+            "{}: field 'model.merges[{}]': '{}' is not two tokens separated by one space", file, i,
+            s);
       a = s.substr(0, sp), b = s.substr(sp + 1);
     } else {
       check(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
@@ -105,7 +108,10 @@ Bpe::Bpe(const nlohmann::json& m, const std::string& file, bool byte_level)
     }
     auto ia = token_to_id(a), ib = token_to_id(b), inew = token_to_id(a + b);
     check(ia && ib && inew, "{}: field 'model.merges[{}]': token '{}' is not in the vocabulary",
-          file, i, !ia ? a : !ib ? b : a + b);
+          file, i,
+          !ia   ? a
+          : !ib ? b
+                : a + b);
     merges_[pair_key(*ia, *ib)] = MergeVal{rank++, *inew};
   }
 }

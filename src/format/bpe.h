@@ -16,11 +16,10 @@
 // guarded by a mutex; encode_word may be called concurrently.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <cstdint>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +54,8 @@ class Bpe {
     uint32_t rank;
     int32_t new_id;
   };
+  void parse_vocab(const nlohmann::json& m, const std::string& file);
+  void parse_merges(const nlohmann::json& m, const std::string& file);
   // Initial symbols of a word (vocabulary ids, or -1 never: dropped).
   void initial_symbols(std::string_view word, std::vector<int32_t>& syms) const;
   void merge(std::vector<int32_t>& syms) const;
@@ -74,8 +75,7 @@ class Bpe {
   static constexpr size_t kCacheMaxWord = 256;
   static constexpr size_t kCacheCapacity = 1 << 17;
   mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>
-      cache_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
 };
 
 }  // namespace moetier::tok

@@ -349,6 +349,7 @@ void PreTokenizer::add(const nlohmann::json& j, const std::string& file, const s
     }
     step->is_byte_level = true;
     byte_level_ = true;
+    if (!step->regex && !step->prefix_space) return;  // splits nothing: only maps bytes
   } else {
     fail("{}: field '{}': unsupported pre_tokenizer type '{}'", file, field, type);
   }

@@ -16,9 +16,8 @@
 // per-thread scratch (match data, JIT stack), so concurrent calls are safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>

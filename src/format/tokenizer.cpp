@@ -1,8 +1,7 @@
 #include "format/tokenizer.h"
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
 
@@ -76,6 +75,39 @@ std::optional<std::string> token_content(const json& j) {
   return std::nullopt;
 }
 
+// TemplateProcessing's "single" template: the special ids before and after "A".
+void template_ids(const json& j, const std::string& file, const std::string& field,
+                  std::vector<int32_t>& before, std::vector<int32_t>& after) {
+  const json& single = j.value("single", json());
+  const json& specials = j.value("special_tokens", json::object());
+  check(single.is_array(), "{}: field '{}.single' must be an array", file, field);
+  bool seen_seq = false;
+  for (size_t i = 0; i < single.size(); ++i) {
+    const json& piece = single[i];
+    std::string pf = fmt::format("{}.single[{}]", field, i);
+    if (piece.is_object() && piece.contains("Sequence")) {
+      check(!seen_seq, "{}: field '{}': a second sequence in a single template", file, pf);
+      seen_seq = true;
+      continue;
+    }
+    check(piece.is_object() && piece.contains("SpecialToken") &&
+              piece["SpecialToken"].is_object() && piece["SpecialToken"].contains("id") &&
+              piece["SpecialToken"]["id"].is_string(),
+          "{}: field '{}' must be {{\"Sequence\": ..}} or {{\"SpecialToken\": {{\"id\": ..}}}}",
+          file, pf);
+    std::string name = piece["SpecialToken"]["id"].get<std::string>();
+    const json& st = specials.is_object() ? specials.value(name, json()) : json();
+    const json& st_ids = st.is_object() ? st.value("ids", json()) : json();
+    check(st_ids.is_array(), "{}: field '{}.special_tokens' has no ids for '{}'", file, field,
+          name);
+    for (const json& id : st_ids) {
+      check(id.is_number_integer(), "{}: field '{}.special_tokens.{}.ids' must hold integers", file,
+            field, name);
+      (seen_seq ? after : before).push_back(id.get<int32_t>());
+    }
+  }
+}
+
 }  // namespace
 
 void Tokenizer::Impl::parse_added(const json& root) {
@@ -94,8 +126,7 @@ void Tokenizer::Impl::parse_added(const json& root) {
     tok::AddedToken a;
     a.id = t["id"].get<int32_t>();
     a.content = t["content"].get<std::string>();
-    check(unicode::utf8_valid(a.content), "{}: field '{}.content' is not valid UTF-8", file,
-          field);
+    check(unicode::utf8_valid(a.content), "{}: field '{}.content' is not valid UTF-8", file, field);
     a.special = get_bool(t, "special", false, file, field);
     a.single_word = get_bool(t, "single_word", false, file, field);
     a.lstrip = get_bool(t, "lstrip", false, file, field);
@@ -124,34 +155,7 @@ void Tokenizer::Impl::parse_post_processor(const json& j, const std::string& fie
     }
     return;
   } else if (type == "TemplateProcessing") {
-    const json& single = j.value("single", json());
-    const json& specials = j.value("special_tokens", json::object());
-    check(single.is_array(), "{}: field '{}.single' must be an array", file, field);
-    bool seen_seq = false;
-    for (size_t i = 0; i < single.size(); ++i) {
-      const json& piece = single[i];
-      std::string pf = fmt::format("{}.single[{}]", field, i);
-      if (piece.is_object() && piece.contains("Sequence")) {
-        check(!seen_seq, "{}: field '{}': a second sequence in a single template", file, pf);
-        seen_seq = true;
-        continue;
-      }
-      check(piece.is_object() && piece.contains("SpecialToken") &&
-                piece["SpecialToken"].is_object() && piece["SpecialToken"].contains("id") &&
-                piece["SpecialToken"]["id"].is_string(),
-            "{}: field '{}' must be {{\"Sequence\": ..}} or {{\"SpecialToken\": {{\"id\": ..}}}}",
-            file, pf);
-      std::string name = piece["SpecialToken"]["id"].get<std::string>();
-      const json& st = specials.is_object() ? specials.value(name, json()) : json();
-      const json& st_ids = st.is_object() ? st.value("ids", json()) : json();
-      check(st_ids.is_array(), "{}: field '{}.special_tokens' has no ids for '{}'", file, field,
-            name);
-      for (const json& id : st_ids) {
-        check(id.is_number_integer(), "{}: field '{}.special_tokens.{}.ids' must hold integers",
-              file, field, name);
-        (seen_seq ? after : before).push_back(id.get<int32_t>());
-      }
-    }
+    template_ids(j, file, field, before, after);
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
     for (const char* key : {"cls", "sep"}) {
       const json& v = j.value(key, json());
@@ -205,8 +209,8 @@ Tokenizer Tokenizer::load(const fs::path& path) {
   json root = read_json(file);
   check(root.is_object(), "{}: must hold a JSON object", f);
   for (const char* key : {"truncation", "padding"}) {
-    check(!root.contains(key) || root[key].is_null(),
-          "{}: field '{}': only null is supported", f, key);
+    check(!root.contains(key) || root[key].is_null(), "{}: field '{}': only null is supported", f,
+          key);
   }
   impl->pre = tok::PreTokenizer(root.value("pre_tokenizer", json()), f);
   check(root.contains("model"), "{}: field 'model' is missing", f);
@@ -296,7 +300,8 @@ std::string Tokenizer::token_bytes(int32_t id, bool skip_special_tokens) const {
   if (!name) return {};
   if (skip_special_tokens) {
     auto it = impl_->added_by_content.find(*name);
-    if (it != impl_->added_by_content.end() && impl_->added[impl_->added_by_id.at(it->second)].special) {
+    if (it != impl_->added_by_content.end() &&
+        impl_->added[impl_->added_by_id.at(it->second)].special) {
       return {};
     }
   }

@@ -159,10 +159,18 @@ std::string normalize(std::string_view s, NormForm form) {
   if (ascii) return std::string(s);  // ASCII is invariant under every form
   int opts = UTF8PROC_STABLE;
   switch (form) {
-    case NormForm::NFC: opts |= UTF8PROC_COMPOSE; break;
-    case NormForm::NFD: opts |= UTF8PROC_DECOMPOSE; break;
-    case NormForm::NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormForm::NFKD: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormForm::NFC:
+      opts |= UTF8PROC_COMPOSE;
+      break;
+    case NormForm::NFD:
+      opts |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormForm::NFKC:
+      opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormForm::NFKD:
+      opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* dst = nullptr;
   utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
@@ -179,14 +187,13 @@ std::string normalize(std::string_view s, NormForm form) {
 
 bool is_white_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 bool is_word_char(char32_t c) {
   if (c < 0x80) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           c == '_';
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   }
   if (c == 0x200C || c == 0x200D) return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
