@@ -63,7 +63,8 @@ std::vector<int32_t> find_eos(const Checkpoint& ck, const Tokenizer& tok) {
 
 void run(const RunArgs& a) {
   check(a.n >= 0, "-n: {} must not be negative", a.n);
-  cpu::set_threads(a.threads);
+  check(a.threads >= 0, "--threads: {} must not be negative", a.threads);
+  if (a.threads > 0) cpu::set_threads(a.threads);  // else OMP_NUM_THREADS or all cores
   Tokenizer tok = Tokenizer::load(a.dir);
   auto ck = Checkpoint::open(a.dir);
   const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
@@ -122,7 +123,8 @@ const Registrar kRegister([](CLI::App& app) {
   cmd->add_option("--top-k", a->top_k, "Keep the K most likely tokens (0, default: all)");
   cmd->add_option("--top-p", a->top_p, "Keep the smallest set reaching probability P (default 1)");
   cmd->add_option("--seed", a->seed, "Random seed for sampling (default 0)");
-  cmd->add_option("-t,--threads", a->threads, "CPU threads (default 0: hardware concurrency)");
+  cmd->add_option("-t,--threads", a->threads,
+                  "CPU threads (default: OMP_NUM_THREADS, else all cores)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at end-of-sequence tokens");
   add_expert_options(*cmd, a->experts);
   cmd->callback([a] { run(*a); });
