@@ -48,8 +48,8 @@ struct Onig {
     size_t last_end = 0;
     long last_match_end = -1;
     while (last_end <= s.size()) {
-      int r = onig_search(re, b, b + s.size(), b + last_end, b + s.size(), region,
-                          ONIG_OPTION_NONE);
+      int r =
+          onig_search(re, b, b + s.size(), b + last_end, b + s.size(), region, ONIG_OPTION_NONE);
       if (r < 0) break;
       size_t mb = region->beg[0], me = region->end[0];
       if (mb == me && last_match_end == long(me)) {
@@ -89,14 +89,16 @@ void atom_sweep(const std::string& atom) {
 
 std::vector<std::string> alphabet() {
   std::vector<char32_t> cps = {
-      'a', 'Z', 's', 'S', 't', 'T', 'l', 'L', 'd', 'D', 'm', 'r', 'e', 'v', 'x', '0', '7', '\'',
-      ' ', ' ', ' ', '\t', '\n', '\n', '\r', '\v', '\f', '.', ',', '!', '?', '-', '_', '$', '(',
-      '{', '"', '#', '\\', '/', '@', '~', 0x85, 0xA0, 0x1680, 0x180E, 0x2000, 0x2009, 0x200A,
-      0x200B, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF, 0x1C, 0x1F, 0x0, 0x7F, 0xE9, 0x301,
-      0x17F, 0x212A, 0xDF, 0x130, 0x4E2D, 0x6587, 0x3042, 0x30A2, 0xAC00, 0xFF5C, 0xFF01, 0xFF11,
-      0x0661, 0x00B2, 0x2163, 0x1F600, 0x1F468, 0x200D, 0x1F1FA, 0xFE0F, 0x20AC, 0x00A7, 0x2014,
-      0x201C, 0x3001, 0x3002, 0x0E01, 0x0E31, 0x0915, 0x094D, 0x05D0, 0x0627, 0xFFFD, 0x10FFFF,
-      0xE000, 0x0345, 0x1E9E, 0x2126, 0xFB05};
+      'a',     'Z',     's',    'S',     't',    'T',    'l',    'L',      'd',    'D',    'm',
+      'r',     'e',     'v',    'x',     '0',    '7',    '\'',   ' ',      ' ',    ' ',    '\t',
+      '\n',    '\n',    '\r',   '\v',    '\f',   '.',    ',',    '!',      '?',    '-',    '_',
+      '$',     '(',     '{',    '"',     '#',    '\\',   '/',    '@',      '~',    0x85,   0xA0,
+      0x1680,  0x180E,  0x2000, 0x2009,  0x200A, 0x200B, 0x2028, 0x2029,   0x202F, 0x205F, 0x3000,
+      0xFEFF,  0x1C,    0x1F,   0x0,     0x7F,   0xE9,   0x301,  0x17F,    0x212A, 0xDF,   0x130,
+      0x4E2D,  0x6587,  0x3042, 0x30A2,  0xAC00, 0xFF5C, 0xFF01, 0xFF11,   0x0661, 0x00B2, 0x2163,
+      0x1F600, 0x1F468, 0x200D, 0x1F1FA, 0xFE0F, 0x20AC, 0x00A7, 0x2014,   0x201C, 0x3001, 0x3002,
+      0x0E01,  0x0E31,  0x0915, 0x094D,  0x05D0, 0x0627, 0xFFFD, 0x10FFFF, 0xE000, 0x0345, 0x1E9E,
+      0x2126,  0xFB05};
   std::vector<std::string> out;
   for (char32_t c : cps) {
     std::string s;
@@ -133,21 +135,50 @@ void random_strings(const std::string& name, const std::string& pattern) {
 int main() {
   OnigEncoding enc[] = {ONIG_ENCODING_UTF8};
   onig_initialize(enc, 1);
-  for (const char* atom :
-       {R"(\s)", R"(\S)", R"(\p{L})", R"(\p{N})", R"(\p{P})", R"(\p{S})", R"(\p{M})",
-        R"([^\r\n\p{L}\p{N}])", R"([^\s\p{L}\p{N}])", R"([^\r\n\p{L}\p{P}\p{S}])",
-        R"([\p{L}\p{M}])", R"([\p{P}\p{S}])", R"([\r\n])", R"((?i:s))", R"((?i:t))", R"((?i:'re))",
-        R"((?i:m))", R"((?i:l))", R"((?i:d))", R"((?i:v))", R"((?i:e))", R"(\h)", R"([A-Za-z])", R"(\w)", R"(\W)", R"(\d)", R"(\D)", R"(.)", R"([\w\s])",
-        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]"}) {
+  for (const char* atom : {R"(\s)",
+                           R"(\S)",
+                           R"(\p{L})",
+                           R"(\p{N})",
+                           R"(\p{P})",
+                           R"(\p{S})",
+                           R"(\p{M})",
+                           R"([^\r\n\p{L}\p{N}])",
+                           R"([^\s\p{L}\p{N}])",
+                           R"([^\r\n\p{L}\p{P}\p{S}])",
+                           R"([\p{L}\p{M}])",
+                           R"([\p{P}\p{S}])",
+                           R"([\r\n])",
+                           R"((?i:s))",
+                           R"((?i:t))",
+                           R"((?i:'re))",
+                           R"((?i:m))",
+                           R"((?i:l))",
+                           R"((?i:d))",
+                           R"((?i:v))",
+                           R"((?i:e))",
+                           R"(\h)",
+                           R"([A-Za-z])",
+                           R"(\w)",
+                           R"(\W)",
+                           R"(\d)",
+                           R"(\D)",
+                           R"(.)",
+                           R"([\w\s])",
+                           R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])",
+                           "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]"}) {
     atom_sweep(atom);
   }
-  random_strings("qwen3",
-                 R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
-  random_strings("gpt2", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
+  random_strings(
+      "qwen3",
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
+  random_strings("gpt2",
+                 R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
   random_strings("ds_num", R"(\p{N}{1,3})");
   random_strings("ds_cjk", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+");
   random_strings("ds_main",
-                 "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+");
+                 "[!\"#$%&'()*+,\\-./"
+                 ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+                 "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+");
   random_strings("anchors", R"(^\s*\w+$|\d+)");
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   onig_end();
