@@ -14,13 +14,13 @@ for step in "$@"; do
   echo "=== $step ($(date +%T))"
   case $step in
     fixtures)
-      python3 scripts/gen_fixtures.py --out tests/data/fixtures 2>&1 | tee "$OUT/fixtures.log"
+      python3 scripts/gen_fixtures.py --out tests/data/fixtures 2>&1
       tar czf "$OUT/fixtures.tgz" tests/data/fixtures ;;
     tokrefs)
       python3 scripts/tokenizer_refs.py --out tests/data/tokenizer_refs \
         tests/data/fixtures/qwen3moe-bf16/tokenizer.json \
         tests/data/external/qwen3/tokenizer.json tests/data/external/deepseek_v3/tokenizer.json \
-        2>&1 | tee "$OUT/tokrefs.log"
+        2>&1 | tail -20
       tar czf "$OUT/tokrefs.tgz" tests/data/tokenizer_refs ;;
     build)
       # The GPU image lacks PCRE2 and utf8proc headers: unpack the carried
@@ -30,11 +30,13 @@ for step in "$@"; do
       done
       ldconfig
       cmake -S . -B build-gpu -G Ninja -DMOETIER_CUDA=ON -DMOETIER_WERROR=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
-        ninja -C build-gpu >>"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; continue; }
-      (cd build-gpu && ctest --output-on-failure -j8 2>&1 | tee "$OUT/ctest.log" | tail -25) ;;
+        -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/build.log 2>&1 &&
+        ninja -C build-gpu >>/tmp/build.log 2>&1 || { tail -40 /tmp/build.log; continue; }
+      (cd build-gpu && ctest --output-on-failure -j8 >/tmp/ctest.log 2>&1; grep -E "tests passed|Failed|\*\*\*|Total Test" /tmp/ctest.log | tail -25) ;;
     train)
-      bash scripts/device_train.sh 2>&1 | tee "$OUT/train.log" ;;
+      bash scripts/device_train.sh 2>&1 | tail -40 ;;
+    train-smoke)
+      bash scripts/device_train.sh --smoke 2>&1 | tail -40 ;;
     *) echo "unknown step $step" ;;
   esac
 done

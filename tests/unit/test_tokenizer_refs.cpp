@@ -151,8 +151,8 @@ void check_case(const Tokenizer& tok, const json& c, const fs::path& corpus, Ref
   }
   if (c.contains("decoded")) {
     std::string d = tok.decode(want), ds = tok.decode(want, true);
-    if (d != c["decoded"]) ok = false, ADD_FAILURE() << describe(c) << ": decode differs";
-    if (ds != c["decoded_skip_special"]) {
+    if (d != c["decoded"].get<std::string>()) ok = false, ADD_FAILURE() << describe(c) << ": decode differs";
+    if (ds != c["decoded_skip_special"].get<std::string>()) {
       ok = false, ADD_FAILURE() << describe(c) << ": decode(skip_special_tokens) differs";
     }
     StreamDecoder sd(tok);
