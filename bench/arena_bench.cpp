@@ -9,9 +9,9 @@
 // processed in one chunk (prefill), then --decode greedy tokens. Decode figures
 // count only the decode steps. A `mapped` row (all experts resident through the
 // checkpoint's mmap) is the ceiling. Not a test: nothing is asserted.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -111,8 +111,9 @@ void run(const Args& a) {
   }
   std::printf("model %s: prompt %lld tokens, decode %lld tokens, policy %s\n", a.dir.c_str(),
               (long long)a.prompt, (long long)a.decode, a.policy.c_str());
-  std::printf("| arena | hot slots | prefill tok/s | decode tok/s | expert reads/token | "
-              "MiB read/token | hit rate | all-k-hit | I/O stall |\n");
+  std::printf(
+      "| arena | hot slots | prefill tok/s | decode tok/s | expert reads/token | "
+      "MiB read/token | hit rate | all-k-hit | I/O stall |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -120,11 +121,15 @@ void run(const Args& a) {
                 r.arena.c_str(), (unsigned long long)r.hot_slots, r.prefill_tps, r.decode_tps,
                 r.reads_per_token, r.read_mib_per_token, 100 * r.hit_rate, 100 * r.all_hit,
                 100 * r.stall_share);
-    out.push_back({{"arena", r.arena}, {"hot_slots", r.hot_slots},
-                   {"prefill_tok_s", r.prefill_tps}, {"decode_tok_s", r.decode_tps},
+    out.push_back({{"arena", r.arena},
+                   {"hot_slots", r.hot_slots},
+                   {"prefill_tok_s", r.prefill_tps},
+                   {"decode_tok_s", r.decode_tps},
                    {"reads_per_token", r.reads_per_token},
-                   {"read_mib_per_token", r.read_mib_per_token}, {"hit_rate", r.hit_rate},
-                   {"all_hit_share", r.all_hit}, {"stall_share", r.stall_share}});
+                   {"read_mib_per_token", r.read_mib_per_token},
+                   {"hit_rate", r.hit_rate},
+                   {"all_hit_share", r.all_hit},
+                   {"stall_share", r.stall_share}});
   }
   if (!a.json.empty()) write_file_atomic(a.json, out.dump(2) + "\n");
 }

@@ -59,8 +59,7 @@ struct Tensors {
     }
     add(name, DType::BF16, std::move(shape), std::move(b));
   }
-  void bytes(const std::string& name, DType t, std::vector<int64_t> shape, uint8_t lo,
-             uint8_t hi) {
+  void bytes(const std::string& name, DType t, std::vector<int64_t> shape, uint8_t lo, uint8_t hi) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     std::vector<std::byte> b(static_cast<size_t>(n));
@@ -68,8 +67,7 @@ struct Tensors {
     for (auto& x : b) x = std::byte(dist(rng));
     add(name, t, std::move(shape), std::move(b));
   }
-  void add(const std::string& name, DType t, std::vector<int64_t> shape,
-           std::vector<std::byte> b) {
+  void add(const std::string& name, DType t, std::vector<int64_t> shape, std::vector<std::byte> b) {
     store.push_back(std::move(b));
     list.push_back({name, t, std::move(shape), {}});
   }
@@ -108,7 +106,8 @@ void write_synthetic(const std::filesystem::path& dir, const SyntheticSpec& s) {
   }
   t.finish();
   std::vector<std::vector<TensorToWrite>> shards(size_t(std::max(1, s.shards)));
-  for (size_t i = 0; i < t.list.size(); ++i) shards[i * shards.size() / t.list.size()].push_back(t.list[i]);
+  for (size_t i = 0; i < t.list.size(); ++i)
+    shards[i * shards.size() / t.list.size()].push_back(t.list[i]);
   SafetensorsWriteOptions opt;
   opt.align = 4096;
   write_checkpoint(dir, cj, shards, opt);

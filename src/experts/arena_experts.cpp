@@ -32,7 +32,8 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
       stats_(stats ? stats : &own_stats_) {
   arena_.reset(checked_bytes(cfg.hot_slots + cfg.transient_slots, slot_bytes_, "arena"));
   if (cfg.host_slots) host_.reset(checked_bytes(cfg.host_slots, slot_bytes_, "host tier"));
-  for (const std::string& p : index_.shard_paths()) files_.push_back(io::DirectFile::open(p, cfg.direct));
+  for (const std::string& p : index_.shard_paths())
+    files_.push_back(io::DirectFile::open(p, cfg.direct));
   fallback_noted_.assign(files_.size(), 0);
   reader_ = io::make_reader(cfg.reader, cfg.io_depth);
   last_found_.assign(index_.num_keys(), Tier::Storage);
@@ -189,8 +190,8 @@ void ArenaExperts::note_routing(int64_t layer, std::span<const int32_t> topk, in
     bool all_hit = true;
     for (int64_t j = 0; j < k; ++j) {
       int32_t e = topk[t + size_t(j)];
-      check(e >= 0 && e < index_.num_experts(), "expert arena: note_routing: expert {} out of range",
-            e);
+      check(e >= 0 && e < index_.num_experts(),
+            "expert arena: note_routing: expert {} out of range", e);
       Tier f = last_found_[index_.key(layer, e)];
       all_hit = all_hit && (f == Tier::Hot || f == Tier::Transient);
     }

@@ -37,8 +37,8 @@ struct ArenaConfig {
   std::vector<ExpertKey> ranking;  // PolicyKind::Pinned: hottest first
   size_t max_pinned = 0;           // PolicyKind::Pinned
   io::ReaderKind reader = io::ReaderKind::Auto;
-  int io_depth = 16;    // io_uring queue depth / pread threads
-  bool direct = true;   // O_DIRECT (with a counted buffered fallback)
+  int io_depth = 16;   // io_uring queue depth / pread threads
+  bool direct = true;  // O_DIRECT (with a counted buffered fallback)
   bool validate = true;
 };
 
@@ -69,8 +69,8 @@ class ArenaExperts final : public ExpertProvider {
   ExpertIndex index_;
   Residency res_;
   size_t slot_bytes_ = 0;
-  AlignedBuffer arena_;  // [hot + transient slots, slot_bytes]
-  AlignedBuffer host_;   // [host slots, slot_bytes]
+  AlignedBuffer arena_;                                 // [hot + transient slots, slot_bytes]
+  AlignedBuffer host_;                                  // [host slots, slot_bytes]
   std::vector<std::unique_ptr<io::DirectFile>> files_;  // [shards]
   std::vector<uint8_t> fallback_noted_;                 // [shards]
   std::unique_ptr<io::Reader> reader_;
@@ -78,12 +78,12 @@ class ArenaExperts final : public ExpertProvider {
   ExpertStats own_stats_;
   ExpertStats* stats_ = nullptr;
   // Scratch of one acquire.
-  std::vector<ExpertKey> keys_;   // distinct keys, first-seen order
-  std::vector<size_t> pos_;       // [ids] index into keys_
+  std::vector<ExpertKey> keys_;  // distinct keys, first-seen order
+  std::vector<size_t> pos_;      // [ids] index into keys_
   Plan plan_;
   std::vector<io::ReadRequest> reqs_;
-  std::vector<size_t> req_step_;  // [reqs] plan step the read belongs to
-  std::vector<Tier> last_found_;  // [num_keys] tier of the key's latest acquire
+  std::vector<size_t> req_step_;    // [reqs] plan step the read belongs to
+  std::vector<Tier> last_found_;    // [num_keys] tier of the key's latest acquire
   std::vector<uint64_t> key_seen_;  // [num_keys] dedupe stamp
   std::vector<uint32_t> key_pos_;   // [num_keys] index into keys_ when stamped
   uint64_t stamp_ = 0;

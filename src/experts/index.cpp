@@ -1,10 +1,10 @@
 #include "experts/index.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "format/safetensors.h"
@@ -14,12 +14,18 @@ namespace moetier {
 
 const char* expert_part_name(ExpertPart p) {
   switch (p) {
-    case ExpertPart::GateW: return "gate weight";
-    case ExpertPart::UpW: return "up weight";
-    case ExpertPart::DownW: return "down weight";
-    case ExpertPart::GateScale: return "gate scale";
-    case ExpertPart::UpScale: return "up scale";
-    case ExpertPart::DownScale: return "down scale";
+    case ExpertPart::GateW:
+      return "gate weight";
+    case ExpertPart::UpW:
+      return "up weight";
+    case ExpertPart::DownW:
+      return "down weight";
+    case ExpertPart::GateScale:
+      return "gate scale";
+    case ExpertPart::UpScale:
+      return "up scale";
+    case ExpertPart::DownScale:
+      return "down scale";
   }
   return "?";
 }
@@ -45,8 +51,7 @@ MatShape plain_shape(const Checkpoint& ck, const TensorInfo& t, int64_t rows, in
   check(t.dtype == DType::BF16 || t.dtype == DType::F32,
         "{}: tensor '{}': dtype {} is not supported for experts (BF16, F32, or MXFP4 U8+scale)",
         ck.shards()[t.shard].path.string(), t.name, dtype_name(t.dtype));
-  return {t.dtype == DType::BF16 ? WeightEncoding::BF16 : WeightEncoding::F32, t.dtype, rows,
-          cols};
+  return {t.dtype == DType::BF16 ? WeightEncoding::BF16 : WeightEncoding::F32, t.dtype, rows, cols};
 }
 
 ByteRange range_of(const Checkpoint& ck, const TensorInfo& t, ExpertPart part, uint64_t skip,
@@ -172,8 +177,8 @@ void ExpertIndex::add_expert(const Checkpoint& ck, int64_t l, int64_t e, const E
               ck.shards()[s.shard].path.string(), s.name, dtype_name(s.dtype));
         expect_shape(ck, s, {rows, cols / 32});
         *out[p] = {WeightEncoding::MXFP4, w.dtype, rows, cols};
-        rec.ranges.push_back(range_of(ck, s, ExpertPart(int(ExpertPart::GateScale) + p), 0,
-                                      s.nbytes()));
+        rec.ranges.push_back(
+            range_of(ck, s, ExpertPart(int(ExpertPart::GateScale) + p), 0, s.nbytes()));
       }
       rec.ranges.push_back(range_of(ck, w, ExpertPart(p), 0, w.nbytes()));
     }
@@ -210,9 +215,14 @@ const ExpertRecord& ExpertIndex::record(int64_t layer, int64_t expert) const {
 const MatShape& ExpertIndex::shape(int64_t layer, ExpertPart weight) const {
   const LayerShapes& s = shapes_.at(size_t(layer));
   switch (weight) {
-    case ExpertPart::GateW: case ExpertPart::GateScale: return s.gate;
-    case ExpertPart::UpW: case ExpertPart::UpScale: return s.up;
-    default: return s.down;
+    case ExpertPart::GateW:
+    case ExpertPart::GateScale:
+      return s.gate;
+    case ExpertPart::UpW:
+    case ExpertPart::UpScale:
+      return s.up;
+    default:
+      return s.down;
   }
 }
 
@@ -277,10 +287,11 @@ std::string ExpertIndex::validate(ExpertKey k, const std::byte* slot) const {
       at = first_nonfinite(p, b.length, dtype_size(sh.dtype));
     }
     if (at >= 0) {
-      return fmt::format("{}: tensor '{}': layer {} expert {}: {} element {} is {} "
-                         "(expert bytes fail validation)",
-                         shard_paths_[b.shard], b.tensor, layer_of(k), expert_of(k),
-                         expert_part_name(b.part), at, scale ? "0xff (NaN scale)" : "NaN/Inf");
+      return fmt::format(
+          "{}: tensor '{}': layer {} expert {}: {} element {} is {} "
+          "(expert bytes fail validation)",
+          shard_paths_[b.shard], b.tensor, layer_of(k), expert_of(k), expert_part_name(b.part), at,
+          scale ? "0xff (NaN scale)" : "NaN/Inf");
     }
   }
   return {};

@@ -111,9 +111,9 @@ class ExpertIndex {
   void add_expert(const Checkpoint& ck, int64_t layer, int64_t expert, const ExpertTensors& t);
 
   int64_t num_layers_ = 0, num_experts_ = 0, hidden_ = 0, inter_ = 0;
-  std::vector<uint8_t> moe_;            // [num_layers]
-  std::vector<LayerShapes> shapes_;     // [num_layers]
-  std::vector<ExpertRecord> records_;   // [num_layers * num_experts]
+  std::vector<uint8_t> moe_;           // [num_layers]
+  std::vector<LayerShapes> shapes_;    // [num_layers]
+  std::vector<ExpertRecord> records_;  // [num_layers * num_experts]
   std::vector<std::string> shard_paths_;
   uint64_t slot_bytes_ = 0, expert_bytes_ = 0, total_bytes_ = 0;
   size_t total_experts_ = 0;

@@ -1,10 +1,10 @@
 #include "experts/options.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -67,8 +67,7 @@ Sizing size_hot(const ExpertIndex& ix, const Qwen3MoeConfig& cfg, const ExpertOp
     check(avail.has_value(),
           "cannot read MemAvailable from /proc/meminfo; give --arena or --arena-experts");
     size_t budget = size_t(*avail / 2 / slot);
-    size_t ring = opt.transient >= 0 ? size_t(opt.transient)
-                                     : default_transient(budget, E, k);
+    size_t ring = opt.transient >= 0 ? size_t(opt.transient) : default_transient(budget, E, k);
     check(budget > ring + size_t(k),
           "half of MemAvailable ({}) holds only {} experts of {}; give --arena or "
           "--arena-experts",
@@ -131,10 +130,8 @@ ArenaConfig resolve_arena_config(const ExpertIndex& ix, const Qwen3MoeConfig& cf
   return ac;
 }
 
-std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck,
-                                                   const Qwen3MoeConfig& cfg,
-                                                   const ExpertOptions& opt,
-                                                   ExpertStats* stats) {
+std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const Qwen3MoeConfig& cfg,
+                                                   const ExpertOptions& opt, ExpertStats* stats) {
   ExpertIndex ix = ExpertIndex::build(ck, cfg);
   std::string summary;
   ArenaConfig ac = resolve_arena_config(ix, cfg, opt, &summary);

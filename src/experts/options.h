@@ -50,8 +50,7 @@ ArenaConfig resolve_arena_config(const ExpertIndex& index, const Qwen3MoeConfig&
 // The arena-backed provider. stats may be null. Prints the summary line to
 // stderr unless opt.quiet. (opt.mapped is the caller's business: MappedExperts
 // lives in the runtime.)
-std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck,
-                                                   const Qwen3MoeConfig& cfg,
+std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const Qwen3MoeConfig& cfg,
                                                    const ExpertOptions& opt, ExpertStats* stats);
 
 // --stats / --stats-json at the end of a run: prints stats.format() to stderr

@@ -96,9 +96,12 @@ PolicyKind parse_policy_kind(const std::string& s) {
 
 const char* policy_kind_name(PolicyKind k) {
   switch (k) {
-    case PolicyKind::Lru: return "lru";
-    case PolicyKind::Lfu: return "lfu";
-    case PolicyKind::Pinned: return "pinned";
+    case PolicyKind::Lru:
+      return "lru";
+    case PolicyKind::Lfu:
+      return "lfu";
+    case PolicyKind::Pinned:
+      return "pinned";
   }
   return "?";
 }
@@ -114,14 +117,14 @@ std::vector<ExpertKey> read_ranking(const std::filesystem::path& file, int64_t n
     std::istringstream ss(line);
     int64_t layer = 0, expert = 0;
     if (!(ss >> layer)) {
-      check(line.find_first_not_of(" \t\r") == std::string::npos,
-            "{}:{}: expected 'LAYER EXPERT'", file.string(), lineno);
+      check(line.find_first_not_of(" \t\r") == std::string::npos, "{}:{}: expected 'LAYER EXPERT'",
+            file.string(), lineno);
       continue;
     }
     check(bool(ss >> expert), "{}:{}: expected 'LAYER EXPERT'", file.string(), lineno);
     check(layer >= 0 && layer < num_layers && expert >= 0 && expert < num_experts,
-          "{}:{}: layer {} expert {} out of range ({} layers, {} experts)", file.string(),
-          lineno, layer, expert, num_layers, num_experts);
+          "{}:{}: layer {} expert {} out of range ({} layers, {} experts)", file.string(), lineno,
+          layer, expert, num_layers, num_experts);
     keys.push_back(ExpertKey(layer * num_experts + expert));
   }
   return keys;
@@ -130,8 +133,10 @@ std::vector<ExpertKey> read_ranking(const std::filesystem::path& file, int64_t n
 std::unique_ptr<Policy> make_policy(PolicyKind kind, size_t num_keys,
                                     const std::vector<ExpertKey>& ranking, size_t max_pinned) {
   switch (kind) {
-    case PolicyKind::Lru: return std::make_unique<LruPolicy>(num_keys);
-    case PolicyKind::Lfu: return std::make_unique<LfuPolicy>(num_keys);
+    case PolicyKind::Lru:
+      return std::make_unique<LruPolicy>(num_keys);
+    case PolicyKind::Lfu:
+      return std::make_unique<LfuPolicy>(num_keys);
     case PolicyKind::Pinned:
       return std::make_unique<PinnedLruPolicy>(num_keys, ranking, max_pinned);
   }

@@ -9,10 +9,14 @@ namespace moetier {
 
 const char* tier_name(Tier t) {
   switch (t) {
-    case Tier::Hot: return "hot";
-    case Tier::Transient: return "transient";
-    case Tier::Host: return "host";
-    case Tier::Storage: return "storage";
+    case Tier::Hot:
+      return "hot";
+    case Tier::Transient:
+      return "transient";
+    case Tier::Host:
+      return "host";
+    case Tier::Storage:
+      return "storage";
   }
   return "?";
 }
@@ -47,9 +51,12 @@ size_t Residency::max_batch() const {
 
 Tier Residency::where(ExpertKey k) const {
   switch (state_.at(k)) {
-    case State::Hot: return Tier::Hot;
-    case State::Transient: return Tier::Transient;
-    case State::Absent: break;
+    case State::Hot:
+      return Tier::Hot;
+    case State::Transient:
+      return Tier::Transient;
+    case State::Absent:
+      break;
   }
   return host_of_[k] >= 0 ? Tier::Host : Tier::Storage;
 }

@@ -115,20 +115,20 @@ class Residency {
 
   ResidencyConfig cfg_;
   std::unique_ptr<Policy> policy_;
-  std::vector<State> state_;       // [num_keys]
-  std::vector<int32_t> slot_of_;   // [num_keys] arena slot or -1
-  std::vector<int32_t> host_of_;   // [num_keys] host slot or -1
-  std::vector<uint64_t> key_gen_;  // [num_keys] last plan generation that used it
-  std::vector<int64_t> key_of_;    // [slots] key or -1
+  std::vector<State> state_;         // [num_keys]
+  std::vector<int32_t> slot_of_;     // [num_keys] arena slot or -1
+  std::vector<int32_t> host_of_;     // [num_keys] host slot or -1
+  std::vector<uint64_t> key_gen_;    // [num_keys] last plan generation that used it
+  std::vector<int64_t> key_of_;      // [slots] key or -1
   std::vector<uint64_t> slot_lock_;  // [slots] generation that locked it
-  std::vector<int32_t> free_;      // free arena slots (stack)
+  std::vector<int32_t> free_;        // free arena slots (stack)
   size_t hot_count_ = 0;
-  std::list<int32_t> ring_;        // transient slots, front = least recently used
+  std::list<int32_t> ring_;  // transient slots, front = least recently used
   std::vector<std::list<int32_t>::iterator> ring_pos_;  // [slots]
-  std::list<int32_t> host_lru_;    // occupied host slots, front = least recently used
+  std::list<int32_t> host_lru_;  // occupied host slots, front = least recently used
   std::vector<std::list<int32_t>::iterator> host_pos_;  // [host_slots]
-  std::vector<int64_t> host_key_;  // [host_slots] key or -1
-  std::vector<uint64_t> host_lock_;  // [host_slots]
+  std::vector<int64_t> host_key_;                       // [host_slots] key or -1
+  std::vector<uint64_t> host_lock_;                     // [host_slots]
   std::vector<int32_t> host_free_;
   uint64_t gen_ = 0;
 };

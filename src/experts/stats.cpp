@@ -56,15 +56,20 @@ LayerCounters ExpertStats::total() const {
 
 void ExpertStats::record(int64_t layer, const Plan& p,
                          const std::function<uint64_t(ExpertKey)>& bytes_of) {
-  check(layer >= 0 && size_t(layer) < layers.size(), "expert stats: layer {} out of range",
-        layer);
+  check(layer >= 0 && size_t(layer) < layers.size(), "expert stats: layer {} out of range", layer);
   LayerCounters& c = layers[size_t(layer)];
   for (const PlanStep& st : p.steps) {
     ++c.uses;
     switch (st.found) {
-      case Tier::Hot: ++c.hits_hot; break;
-      case Tier::Transient: ++c.hits_transient; break;
-      case Tier::Host: ++c.hits_host; break;
+      case Tier::Hot:
+        ++c.hits_hot;
+        break;
+      case Tier::Transient:
+        ++c.hits_transient;
+        break;
+      case Tier::Host:
+        ++c.hits_host;
+        break;
       case Tier::Storage:
         ++c.misses;
         c.read_bytes += bytes_of(st.key);
@@ -76,8 +81,7 @@ void ExpertStats::record(int64_t layer, const Plan& p,
 }
 
 void ExpertStats::record_step(int64_t layer, bool all_hit) {
-  check(layer >= 0 && size_t(layer) < layers.size(), "expert stats: layer {} out of range",
-        layer);
+  check(layer >= 0 && size_t(layer) < layers.size(), "expert stats: layer {} out of range", layer);
   ++layers[size_t(layer)].steps;
   if (all_hit) ++layers[size_t(layer)].all_hit_steps;
 }
@@ -104,11 +108,16 @@ void ExpertStats::reset_counters() {
 
 nlohmann::json ExpertStats::to_json() const {
   nlohmann::json j;
-  j["config"] = {{"provider", provider},       {"policy", policy},
-                 {"reader", reader},           {"expert_bytes", expert_bytes},
-                 {"slot_bytes", slot_bytes},   {"hot_slots", hot_slots},
-                 {"transient_slots", transient_slots}, {"host_slots", host_slots},
-                 {"total_experts", total_experts},     {"pinned", pinned}};
+  j["config"] = {{"provider", provider},
+                 {"policy", policy},
+                 {"reader", reader},
+                 {"expert_bytes", expert_bytes},
+                 {"slot_bytes", slot_bytes},
+                 {"hot_slots", hot_slots},
+                 {"transient_slots", transient_slots},
+                 {"host_slots", host_slots},
+                 {"total_experts", total_experts},
+                 {"pinned", pinned}};
   j["total"] = total().to_json();
   nlohmann::json per = nlohmann::json::array();
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -136,31 +145,34 @@ std::string ExpertStats::format() const {
   LayerCounters t = total();
   std::string s;
   appendln(s, "experts: {} provider, policy {}, reader {}", provider, policy, reader);
-  appendln(s, "  arena: {} hot + {} transient slots of {} ({} per expert); host tier {} slots; {} "
-       "experts in the model, {} pinned",
-       hot_slots, transient_slots, format_bytes(slot_bytes), format_bytes(expert_bytes),
-       host_slots, total_experts, pinned);
+  appendln(s,
+           "  arena: {} hot + {} transient slots of {} ({} per expert); host tier {} slots; {} "
+           "experts in the model, {} pinned",
+           hot_slots, transient_slots, format_bytes(slot_bytes), format_bytes(expert_bytes),
+           host_slots, total_experts, pinned);
   appendln(s, "  uses {}  hits: hot {} transient {} host {}  misses {}  hit rate {:.1f}%", t.uses,
-       t.hits_hot, t.hits_transient, t.hits_host, t.misses, 100 * share(t.hits(), t.uses));
-  appendln(s, "  reads: {} experts, {} logical; {} requested (aligned, {} requests); process read {}",
-       t.misses, format_bytes(t.read_bytes), format_bytes(aligned_read_bytes), read_requests,
-       process_io_ok ? format_bytes(process_read_bytes) : std::string("n/a"));
+           t.hits_hot, t.hits_transient, t.hits_host, t.misses, 100 * share(t.hits(), t.uses));
+  appendln(s,
+           "  reads: {} experts, {} logical; {} requested (aligned, {} requests); process read {}",
+           t.misses, format_bytes(t.read_bytes), format_bytes(aligned_read_bytes), read_requests,
+           process_io_ok ? format_bytes(process_read_bytes) : std::string("n/a"));
   appendln(s, "  all-k-hit steps: {}  stalled on I/O {:.3f} s  evictions: hot {} transient {}",
-       t.steps ? fmt::format("{:.1f}% of {}", 100 * share(t.all_hit_steps, t.steps), t.steps)
-               : std::string("n/a"),
-       double(t.stall_ns) * 1e-9, t.hot_evictions, t.ring_evictions);
+           t.steps ? fmt::format("{:.1f}% of {}", 100 * share(t.all_hit_steps, t.steps), t.steps)
+                   : std::string("n/a"),
+           double(t.stall_ns) * 1e-9, t.hot_evictions, t.ring_evictions);
   if (buffered_reads || fallback_files) {
-    appendln(s, "  buffered reads {} (O_DIRECT refused on {} shard(s))", buffered_reads, fallback_files);
+    appendln(s, "  buffered reads {} (O_DIRECT refused on {} shard(s))", buffered_reads,
+             fallback_files);
   }
   if (failed_acquires) appendln(s, "  failed acquires {}: {}", failed_acquires, last_error);
   appendln(s, "  {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8}", "layer", "uses", "hot", "trans",
-       "host", "miss", "hit%", "allhit%");
+           "host", "miss", "hit%", "allhit%");
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerCounters& l = layers[i];
     if (l.uses == 0) continue;
     appendln(s, "  {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6.1f}% {:>8}", i, l.uses, l.hits_hot,
-         l.hits_transient, l.hits_host, l.misses, 100 * share(l.hits(), l.uses),
-         l.steps ? fmt::format("{:.1f}%", 100 * share(l.all_hit_steps, l.steps)) : "n/a");
+             l.hits_transient, l.hits_host, l.misses, 100 * share(l.hits(), l.uses),
+             l.steps ? fmt::format("{:.1f}%", 100 * share(l.all_hit_steps, l.steps)) : "n/a");
   }
   return s;
 }

@@ -66,9 +66,9 @@ struct ExpertStats {
   uint64_t aligned_read_bytes = 0;  // bytes asked of the kernel (4 KiB supersets)
   uint64_t direct_reads = 0;
   uint64_t buffered_reads = 0;
-  uint64_t fallback_files = 0;            // shards read buffered (O_DIRECT refused)
+  uint64_t fallback_files = 0;              // shards read buffered (O_DIRECT refused)
   std::vector<std::string> fallback_notes;  // one line per such shard
-  uint64_t host_copy_bytes = 0;           // arena <-> host tier copies
+  uint64_t host_copy_bytes = 0;             // arena <-> host tier copies
   uint64_t validate_ns = 0;
   uint64_t failed_acquires = 0;
   std::string last_error;

@@ -26,9 +26,7 @@ namespace moetier::io {
 inline constexpr uint64_t kAlign = 4096;
 
 inline constexpr uint64_t align_down(uint64_t x, uint64_t a = kAlign) { return x / a * a; }
-inline constexpr uint64_t align_up(uint64_t x, uint64_t a = kAlign) {
-  return (x + a - 1) / a * a;
-}
+inline constexpr uint64_t align_up(uint64_t x, uint64_t a = kAlign) { return (x + a - 1) / a * a; }
 
 // The kAlign-aligned superset of [offset, offset + length).
 struct AlignedSpan {

@@ -14,29 +14,34 @@ namespace {
 uint64_t parse_u64(std::string_view v, std::string_view text) {
   uint64_t x = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  check(ec == std::errc() && p == v.data() + v.size(),
-        "MOETIER_FAULT '{}': '{}' is not a number", text, v);
+  check(ec == std::errc() && p == v.data() + v.size(), "MOETIER_FAULT '{}': '{}' is not a number",
+        text, v);
   return x;
 }
 
 FaultKind parse_kind(std::string_view k, std::string_view text) {
-  for (auto kind : {FaultKind::ShortRead, FaultKind::Eio, FaultKind::Truncate,
-                    FaultKind::Corrupt, FaultKind::RefuseDirect}) {
+  for (auto kind : {FaultKind::ShortRead, FaultKind::Eio, FaultKind::Truncate, FaultKind::Corrupt,
+                    FaultKind::RefuseDirect}) {
     if (k == fault_kind_name(kind)) return kind;
   }
-  fail("MOETIER_FAULT '{}': unknown kind '{}' (short, eio, truncate, corrupt, refuse-direct)",
-       text, k);
+  fail("MOETIER_FAULT '{}': unknown kind '{}' (short, eio, truncate, corrupt, refuse-direct)", text,
+       k);
 }
 
 }  // namespace
 
 std::string_view fault_kind_name(FaultKind k) {
   switch (k) {
-    case FaultKind::ShortRead: return "short";
-    case FaultKind::Eio: return "eio";
-    case FaultKind::Truncate: return "truncate";
-    case FaultKind::Corrupt: return "corrupt";
-    case FaultKind::RefuseDirect: return "refuse-direct";
+    case FaultKind::ShortRead:
+      return "short";
+    case FaultKind::Eio:
+      return "eio";
+    case FaultKind::Truncate:
+      return "truncate";
+    case FaultKind::Corrupt:
+      return "corrupt";
+    case FaultKind::RefuseDirect:
+      return "refuse-direct";
   }
   return "?";
 }
@@ -54,14 +59,18 @@ FaultSpec parse_fault_spec(std::string_view text) {
       first = false;
     } else {
       size_t eq = part.find('=');
-      check(eq != std::string_view::npos, "MOETIER_FAULT '{}': '{}' is not key=value", text,
-            part);
+      check(eq != std::string_view::npos, "MOETIER_FAULT '{}': '{}' is not key=value", text, part);
       std::string_view key = part.substr(0, eq), val = part.substr(eq + 1);
-      if (key == "path") s.path_contains = std::string(val);
-      else if (key == "skip") s.skip = parse_u64(val, text);
-      else if (key == "count") s.count = parse_u64(val, text);
-      else if (key == "size") s.size = parse_u64(val, text);
-      else fail("MOETIER_FAULT '{}': unknown key '{}' (path, skip, count, size)", text, key);
+      if (key == "path")
+        s.path_contains = std::string(val);
+      else if (key == "skip")
+        s.skip = parse_u64(val, text);
+      else if (key == "count")
+        s.count = parse_u64(val, text);
+      else if (key == "size")
+        s.size = parse_u64(val, text);
+      else
+        fail("MOETIER_FAULT '{}': unknown key '{}' (path, skip, count, size)", text, key);
     }
     pos = end + 1;
   }

@@ -3,13 +3,13 @@
 // generation join in. Requests are claimed with next_.fetch_add, so each is
 // done by exactly one thread. read_batch() returns only when every request is
 // done and no worker is still inside the batch (active_ == 0).
+#include <fmt/format.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "io/reader.h"
 
@@ -90,10 +90,10 @@ class PoolReader final : public Reader {
   std::condition_variable work_cv_, done_cv_;
   std::span<ReadRequest> batch_;  // guarded by mu_
   std::atomic<size_t> next_{0};
-  size_t done_ = 0;     // guarded by mu_
-  int active_ = 0;      // workers inside the batch; guarded by mu_
-  uint64_t gen_ = 0;    // guarded by mu_
-  bool stop_ = false;   // guarded by mu_
+  size_t done_ = 0;    // guarded by mu_
+  int active_ = 0;     // workers inside the batch; guarded by mu_
+  uint64_t gen_ = 0;   // guarded by mu_
+  bool stop_ = false;  // guarded by mu_
 };
 
 }  // namespace

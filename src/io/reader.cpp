@@ -1,9 +1,9 @@
 #include "io/reader.h"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "io/fault.h"

@@ -2,14 +2,13 @@
 // reader, used only by the caller thread: read_batch() keeps up to `depth`
 // reads in flight, resubmits the rest of a partial read, and retries a direct
 // read the kernel refused (EINVAL) on the file's buffered descriptor.
+#include <fmt/format.h>
 #include <liburing.h>
 
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "io/reader.h"

@@ -1,6 +1,5 @@
 // experts/policy: eviction order of LRU, LFU and pinned+LRU; ranking files.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>

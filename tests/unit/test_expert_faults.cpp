@@ -1,7 +1,6 @@
 // experts/ + io/: every storage fault fails the acquire that hit it with a
 // one-line error, hands no bytes to compute, and leaves the provider usable.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -28,8 +27,7 @@ fs::path fixture(const char* name) {
 struct Copy {
   fs::path dir;
   explicit Copy(const char* name) {
-    dir = fs::temp_directory_path() /
-          ("moetier_faults_" + std::to_string(getpid()) + "_" + name);
+    dir = fs::temp_directory_path() / ("moetier_faults_" + std::to_string(getpid()) + "_" + name);
     fs::remove_all(dir);
     fs::copy(fixture(name), dir, fs::copy_options::recursive);
   }
@@ -170,8 +168,8 @@ TEST(ExpertFaults, InvalidBytesOnDiskAreRefused) {
       const TensorInfo& ti = ck->get(tensor);
       offset = ck->file_offset(ti) + 7;  // one byte (MXFP4 scale) or element half (bf16)
       if (t.layout == ExpertLayout::Stacked) {
-        offset = ck->file_offset(ti) +
-                 uint64_t(3 * cfg.hidden_size * cfg.moe_intermediate_size) * 2 + 7;
+        offset =
+            ck->file_offset(ti) + uint64_t(3 * cfg.hidden_size * cfg.moe_intermediate_size) * 2 + 7;
       }
     }
     {

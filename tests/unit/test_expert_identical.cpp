@@ -30,9 +30,7 @@ struct Trace {
   std::vector<int32_t> tokens;
 };
 
-int32_t argmax(const float* x, int64_t n) {
-  return int32_t(std::max_element(x, x + n) - x);
-}
+int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
 
 // Prefill `prompt` in one chunk (all logits), then greedy-decode `steps` tokens.
 Trace greedy(const Qwen3MoeModel& m, ExpertProvider& ex, const std::vector<int32_t>& prompt,

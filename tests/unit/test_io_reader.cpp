@@ -1,7 +1,6 @@
 // io/: aligned superset reads through both readers, direct and buffered, at
 // odd offsets and lengths; the O_DIRECT fallback; every injected fault.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -107,7 +106,7 @@ TEST(IoReader, OddOffsetsMatchFileBytes) {
         ranges.push_back({o, l});
       }
       ranges.push_back({tf.bytes.size() - 13, 13});  // ends at EOF, unaligned
-      ranges.push_back({0, tf.bytes.size()});         // the whole file
+      ranges.push_back({0, tf.bytes.size()});        // the whole file
       Batch b(f.get(), ranges);
       reader->read(b.reqs);
       for (const auto& r : b.reqs) {
@@ -190,12 +189,12 @@ TEST(IoFault, EachInjectedFaultFailsOnlyItsRead) {
   FaultGuard guard;
   TempFile tf(200000, 16);
   auto f = DirectFile::open(tf.path);
-  for (FaultKind kind : {FaultKind::ShortRead, FaultKind::Eio, FaultKind::Truncate,
-                         FaultKind::Corrupt}) {
+  for (FaultKind kind :
+       {FaultKind::ShortRead, FaultKind::Eio, FaultKind::Truncate, FaultKind::Corrupt}) {
     for (auto& reader : all_readers()) {
       FaultSpec s;
       s.kind = kind;
-      s.skip = 1;  // the second read of the batch
+      s.skip = 1;                         // the second read of the batch
       if (kind == FaultKind::Truncate) {  // every read; only the one past 100000 fails
         s.skip = 0;
         s.count = 0;
