@@ -2,7 +2,7 @@
 //
 // Work split: rows are cut into blocks of kBlock; OpenMP threads take blocks.
 // n <= kDirectMax: each row is decoded in registers inside the dot product.
-// Otherwise rows are decoded four at a time into a per-thread f32 scratch
+// Otherwise rows are decoded (f32: copied) four at a time into a per-thread f32 scratch
 // [4, cols] and every token's row of X is dotted against all four at once,
 // so each weight byte is decoded once per call and each X load feeds 4 FMAs.
 #include <omp.h>
@@ -52,10 +52,15 @@ inline float dot_row(const MatView& w, int64_t r, const float* x, detail::Mxfp4D
   }
 }
 
-// Row r of w as f32: a pointer into w (f32) or into dst [cols] (decoded).
+// Row r of w decoded to f32 into dst [cols]; returns dst. f32 rows are copied
+// too: the tile then reads one contiguous [4, cols] block, measured 8x faster
+// than reading four rows of the matrix in place (768x2048, n=16, one core).
 inline const float* decode_row(const MatView& w, int64_t r, float* dst) {
   int64_t cols = w.cols;
-  if (w.enc == WeightEncoding::F32) return static_cast<const float*>(w.data) + r * cols;
+  if (w.enc == WeightEncoding::F32) {
+    std::memcpy(dst, static_cast<const float*>(w.data) + r * cols, size_t(cols) * sizeof(float));
+    return dst;
+  }
   if (w.enc == WeightEncoding::BF16) {
     const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * cols;
 #pragma omp simd
@@ -81,9 +86,11 @@ MOETIER_CLONES void rows_direct(const MatView& w, const float* x, int64_t n, flo
     for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_row(w, r, x + t * w.cols, mx);
 }
 
-// Four decoded rows w0..w3 dotted with every row of X.
-inline void tile4(const float* w0, const float* w1, const float* w2, const float* w3,
-                  const float* x, int64_t n, int64_t cols, int64_t rows, int64_t r, float* y) {
+// Four decoded rows w [4, cols] dotted with every row of X. (Two tokens at a
+// time, 8 accumulators, measured 2x slower: register pressure.)
+inline void tile4(const float* w, const float* x, int64_t n, int64_t cols, int64_t rows, int64_t r,
+                  float* y) {
+  const float *w0 = w, *w1 = w + cols, *w2 = w + 2 * cols, *w3 = w + 3 * cols;
   for (int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * cols;
     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
@@ -95,10 +102,7 @@ inline void tile4(const float* w0, const float* w1, const float* w2, const float
       a3 += w3[c] * xt[c];
     }
     float* yt = y + t * rows + r;
-    yt[0] = a0;
-    yt[1] = a1;
-    yt[2] = a2;
-    yt[3] = a3;
+    yt[0] = a0, yt[1] = a1, yt[2] = a2, yt[3] = a3;
   }
 }
 
@@ -107,11 +111,8 @@ MOETIER_CLONES void rows_tiled(const MatView& w, const float* x, int64_t n, floa
   int64_t cols = w.cols;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
-    const float* w0 = decode_row(w, r, scratch);
-    const float* w1 = decode_row(w, r + 1, scratch + cols);
-    const float* w2 = decode_row(w, r + 2, scratch + 2 * cols);
-    const float* w3 = decode_row(w, r + 3, scratch + 3 * cols);
-    tile4(w0, w1, w2, w3, x, n, cols, w.rows, r, y);
+    for (int64_t i = 0; i < 4; ++i) decode_row(w, r + i, scratch + i * cols);
+    tile4(scratch, x, n, cols, w.rows, r, y);
   }
   for (; r < r1; ++r) {
     const float* wr = decode_row(w, r, scratch);
@@ -127,8 +128,7 @@ int threads() { return omp_get_max_threads(); }
 void get_row(const MatView& w, int64_t r, float* out) {
   kernels::check_matview(w, "cpu::get_row");
   check(r >= 0 && r < w.rows, "cpu::get_row: row {} outside [0, {})", r, w.rows);
-  const float* p = decode_row(w, r, out);
-  if (p != out) std::copy(p, p + w.cols, out);
+  decode_row(w, r, out);
 }
 
 void matmul(const MatView& w, const float* x, int64_t n, float* y) {
