@@ -218,7 +218,7 @@ TEST(MappedExperts, ViewsAreTheRawTensors) {
   {  // per-expert bf16 across shards
     Loaded m("qwen3moe-sharded");
     MappedExperts ex(*m.ck, m.model.config());
-    for (int32_t e = 0; e < 8; ++e) {
+    for (int32_t e = 0; e < int32_t(m.model.config().num_experts); ++e) {
       auto g =
           m.ck->bytes(m.ck->get(fmt::format("model.layers.1.mlp.experts.{}.gate_proj.weight", e)));
       EXPECT_EQ(ex.view(1, e).gate.data, static_cast<const void*>(g.data()));
