@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace moetier {
 
@@ -16,9 +17,16 @@ uint64_t now_ns() {
                       .count());
 }
 
-size_t checked_bytes(size_t slots, size_t slot_bytes, const char* what) {
-  check(slot_bytes == 0 || slots <= SIZE_MAX / slot_bytes, "expert arena: {} too large", what);
-  return slots * slot_bytes;
+void allocate(AlignedBuffer& buf, size_t slots, size_t slot_bytes, const char* what) {
+  if (slots == 0) return;
+  check(slots <= SIZE_MAX / slot_bytes, "expert {}: {} slots of {} bytes overflow", what, slots,
+        slot_bytes);
+  try {
+    buf.reset(slots * slot_bytes);
+  } catch (const std::bad_alloc&) {
+    fail("expert {}: cannot allocate {} slots x {} ({}); give a smaller size", what, slots,
+         format_bytes(slot_bytes), format_bytes(uint64_t(slots) * slot_bytes));
+  }
 }
 
 }  // namespace
@@ -30,8 +38,8 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
       slot_bytes_(index_.slot_bytes()),
       validate_(cfg.validate),
       stats_(stats ? stats : &own_stats_) {
-  arena_.reset(checked_bytes(cfg.hot_slots + cfg.transient_slots, slot_bytes_, "arena"));
-  if (cfg.host_slots) host_.reset(checked_bytes(cfg.host_slots, slot_bytes_, "host tier"));
+  allocate(arena_, cfg.hot_slots + cfg.transient_slots, slot_bytes_, "arena");
+  allocate(host_, cfg.host_slots, slot_bytes_, "host tier");
   for (const std::string& p : index_.shard_paths())
     files_.push_back(io::DirectFile::open(p, cfg.direct));
   fallback_noted_.assign(files_.size(), 0);

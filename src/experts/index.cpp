@@ -235,21 +235,28 @@ const ByteRange* find_part(const ExpertRecord& r, ExpertPart p) {
   return nullptr;
 }
 
-// Index of the first non-finite element of a little-endian bf16/f32 array, or -1.
-int64_t first_nonfinite(const uint8_t* p, uint64_t bytes, size_t elem) {
-  const uint64_t n = bytes / elem;
-  const size_t hi = elem - 1;  // byte holding the sign and the top exponent bits
-  uint64_t bad = 0;
+// Index of the first non-finite element of a little-endian bf16 (elem 2) or
+// f32 (elem 4) array, or -1. The first pass is branch-free so it vectorizes.
+template <typename U>
+int64_t first_nonfinite_t(const uint8_t* p, uint64_t n, U mask) {
+  unsigned bad = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    const uint8_t* x = p + i * elem;
-    bad |= uint64_t((x[hi] & 0x7f) == 0x7f && (x[hi - 1] & 0x80));
+    U x;
+    std::memcpy(&x, p + i * sizeof(U), sizeof(U));
+    bad |= (x & mask) == mask;
   }
   if (!bad) return -1;
   for (uint64_t i = 0; i < n; ++i) {
-    const uint8_t* x = p + i * elem;
-    if ((x[hi] & 0x7f) == 0x7f && (x[hi - 1] & 0x80)) return int64_t(i);
+    U x;
+    std::memcpy(&x, p + i * sizeof(U), sizeof(U));
+    if ((x & mask) == mask) return int64_t(i);
   }
   return -1;
+}
+
+int64_t first_nonfinite(const uint8_t* p, uint64_t bytes, size_t elem) {
+  if (elem == 2) return first_nonfinite_t<uint16_t>(p, bytes / 2, 0x7f80u);
+  return first_nonfinite_t<uint32_t>(p, bytes / 4, 0x7f800000u);
 }
 
 }  // namespace

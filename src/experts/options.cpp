@@ -33,10 +33,6 @@ size_t percent_slots(const std::string& text, size_t total) {
   return std::max<size_t>(1, size_t(std::ceil(pct / 100.0 * double(total) - 1e-9)));
 }
 
-size_t default_transient(size_t hot, int64_t E, int64_t k) {
-  return std::min<size_t>(size_t(E), std::max<size_t>(size_t(k), hot / 8));
-}
-
 struct Sizing {
   size_t hot = 0, transient = 0;
   std::string how;
@@ -67,7 +63,8 @@ Sizing size_hot(const ExpertIndex& ix, const Qwen3MoeConfig& cfg, const ExpertOp
     check(avail.has_value(),
           "cannot read MemAvailable from /proc/meminfo; give --arena or --arena-experts");
     size_t budget = size_t(*avail / 2 / slot);
-    size_t ring = opt.transient >= 0 ? size_t(opt.transient) : default_transient(budget, E, k);
+    size_t ring =
+        opt.transient >= 0 ? size_t(opt.transient) : default_transient_slots(budget, E, k);
     check(budget > ring + size_t(k),
           "half of MemAvailable ({}) holds only {} experts of {}; give --arena or "
           "--arena-experts",
@@ -83,12 +80,21 @@ Sizing size_hot(const ExpertIndex& ix, const Qwen3MoeConfig& cfg, const ExpertOp
   if (opt.transient >= 0) {
     s.transient = size_t(opt.transient);
   } else if (s.transient == 0) {
-    s.transient = default_transient(s.hot, E, k);
+    s.transient = default_transient_slots(s.hot, E, k);
   }
   return s;
 }
 
 }  // namespace
+
+size_t default_transient_slots(size_t hot, int64_t num_experts, int64_t k) {
+  return std::min<size_t>(size_t(num_experts), std::max<size_t>(size_t(k), hot / 8));
+}
+
+size_t pinned_limit(size_t hot, int64_t k) {
+  size_t reserve = std::max<size_t>(size_t(k), (hot + 3) / 4);
+  return hot > reserve ? hot - reserve : 0;
+}
 
 ArenaConfig resolve_arena_config(const ExpertIndex& ix, const Qwen3MoeConfig& cfg,
                                  const ExpertOptions& opt, std::string* summary) {
@@ -106,9 +112,7 @@ ArenaConfig resolve_arena_config(const ExpertIndex& ix, const Qwen3MoeConfig& cf
   if (ac.policy == PolicyKind::Pinned) {
     check(!opt.ranking.empty(), "--policy pinned: needs --ranking FILE (from moetier trace)");
     ac.ranking = read_ranking(opt.ranking, cfg.num_hidden_layers, cfg.num_experts);
-    // Leave at least max(k, a quarter of the slots) to LRU.
-    size_t reserve = std::max<size_t>(size_t(cfg.num_experts_per_tok), (s.hot + 3) / 4);
-    ac.max_pinned = s.hot > reserve ? s.hot - reserve : 0;
+    ac.max_pinned = pinned_limit(s.hot, cfg.num_experts_per_tok);
   }
   check(opt.io == "auto" || opt.io == "uring" || opt.io == "pool",
         "--io: unknown reader '{}' (auto, uring, pool)", opt.io);

@@ -42,6 +42,12 @@ struct ExpertOptions {
   bool quiet = false;          // do not print the chosen sizes
 };
 
+// The sizing rules, shared with `moetier simulate`: the default transient ring
+// is min(E, max(k, hot / 8)) slots; the pinned policy pins at most
+// hot - max(k, ceil(hot / 4)) experts (0 when that is not positive).
+size_t default_transient_slots(size_t hot, int64_t num_experts, int64_t k);
+size_t pinned_limit(size_t hot, int64_t k);
+
 // The arena configuration the options ask for, given the model; `summary` gets
 // one line describing the choice (and where defaults came from).
 ArenaConfig resolve_arena_config(const ExpertIndex& index, const Qwen3MoeConfig& cfg,

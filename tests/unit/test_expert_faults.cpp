@@ -183,6 +183,10 @@ TEST(ExpertFaults, InvalidBytesOnDiskAreRefused) {
     EXPECT_NE(err.find("tensor '" + tensor + "'"), std::string::npos) << err;
     EXPECT_NE(err.find("fail validation"), std::string::npos) << err;
     EXPECT_NE(err.find("expert 3"), std::string::npos) << err;
+    // bytes 6 and 7 of the expert's tensor: bf16 element 3, or the scale byte at 6
+    bool fp4 = std::string(name) == "qwen3moe-mxfp4";
+    EXPECT_NE(err.find(fp4 ? "element 6 is 0xff" : "element 3 is NaN/Inf"), std::string::npos)
+        << err;
     std::vector<ExpertView> v;
     std::vector<int32_t> fine{2, 4};
     s.arena->acquire(0, fine, Phase::Prefill, v);
