@@ -3,6 +3,8 @@
 #   fixtures   regenerate tests/data/fixtures with transformers (golden references)
 #   tokrefs    HF tokenizers reference ids for the test corpus (tests/data/tokenizer_refs)
 #   build      configure + build with CUDA, run every test (the `cuda` label included)
+#   head       the same on the last commit only: `git archive HEAD` unpacked into
+#              .carry/head here (scripts/device_head.sh), carried, built there
 #   train      train the embedded model (scripts/device_train.sh)
 # Results are copied into $OUT (at most 8 files come back).
 set -uo pipefail
@@ -33,6 +35,18 @@ for step in "$@"; do
         -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/build.log 2>&1 &&
         ninja -C build-gpu >>/tmp/build.log 2>&1 || { tail -40 /tmp/build.log; continue; }
       (cd build-gpu && ctest --output-on-failure -j8 >/tmp/ctest.log 2>&1; grep -E "tests passed|Failed|\*\*\*|Total Test" /tmp/ctest.log | tail -25) ;;
+    head)
+      for f in .carry/debs/libpcre2-dev_*.deb .carry/debs/libutf8proc*.deb; do
+        [ -f "$f" ] && dpkg -x "$f" /
+      done
+      ldconfig
+      mkdir -p .carry/head/tests/data && cp -r tests/data/external .carry/head/tests/data/ 2>/dev/null
+      (cd .carry/head && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
+        -DMOETIER_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/build.log 2>&1 &&
+        ninja -C build-gpu >>/tmp/build.log 2>&1) || { grep -B2 -A6 "error" /tmp/build.log | head -60; continue; }
+      (cd .carry/head/build-gpu && ctest --output-on-failure -j8 >/tmp/ctest.log 2>&1
+       grep -E "tests passed|Failed|\*\*\*|Total Test" /tmp/ctest.log | tail -25
+       ctest -L cuda --output-on-failure -V 2>&1 | grep -E "DeviceQuery|OK|SKIP|PASS|FAIL" | head) ;;
     train)
       bash scripts/device_train.sh 2>&1 | tail -40 ;;
     train-smoke)
