@@ -40,7 +40,8 @@ for step in "$@"; do
         [ -f "$f" ] && dpkg -x "$f" /
       done
       ldconfig
-      mkdir -p .carry/head/tests/data && cp -r tests/data/external .carry/head/tests/data/ 2>/dev/null
+      ln -sfn "$PWD/models" .carry/head/models
+      ln -sfn "$PWD/tests/data" .carry/head/tests/data
       (cd .carry/head && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
         -DMOETIER_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/tmp/build.log 2>&1 &&
         ninja -C build-gpu >>/tmp/build.log 2>&1) || { grep -B2 -A6 "error" /tmp/build.log | head -60; continue; }

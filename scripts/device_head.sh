@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry/head && mkdir -p .carry/head
-git archive HEAD | tar -x -C .carry/head
+# Code only: models/ and tests/data/ are linked to the working tree's copies there.
+git archive HEAD -- CMakeLists.txt cmake src tests/CMakeLists.txt tests/unit tests/golden \
+  tests/kernels bench scripts .clang-format | tar -x -C .carry/head
 echo "exported $(git rev-parse --short HEAD) to .carry/head"
