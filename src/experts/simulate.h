@@ -57,8 +57,8 @@ ReplayStream build_replay(const Trace& t, Replay replay);
 struct SimResult {
   std::string policy;
   size_t hot_slots = 0, transient_slots = 0, host_slots = 0;
-  ExpertStats stats;             // the engine's counters (config + per layer)
-  ExpertStats phase_stats[2];    // the same, prefill only / decode only
+  ExpertStats stats;           // the engine's counters (config + per layer)
+  ExpertStats phase_stats[2];  // the same, prefill only / decode only
 };
 
 // An engine policy with the arena's sizes.

@@ -51,8 +51,8 @@ size_t parse_budget(const std::string& text, const TraceModel& m, const std::str
     n = size_t(bytes / per);
     check(n > 0, "--budgets: {} holds no expert (one {} expert is {})", text,
           native ? m.encoding : encoding, format_bytes(per));
-    how = fmt::format(" ({} {} experts of {})", n, native ? m.encoding : encoding,
-                      format_bytes(per));
+    how =
+        fmt::format(" ({} {} experts of {})", n, native ? m.encoding : encoding, format_bytes(per));
   }
   check(n <= total, "--budgets: {}{} is more than the model's {} experts", text, how, total);
   return n;
@@ -240,9 +240,9 @@ Study run_study(const Trace& t, const StudyOptions& o) {
     nlohmann::json bytes = nlohmann::json::object();
     for (const EncodingBytes& e : m.encodings) bytes[e.name] = b.experts * e.bytes;
     nlohmann::json rows = nlohmann::json::array();
-    out.table += fmt::format("budget {} = {} experts ({:.1f}% of {}), ring {}\n", b.text,
-                             b.experts, 100 * share(b.experts, m.total_experts()),
-                             m.total_experts(), b.transient);
+    out.table +=
+        fmt::format("budget {} = {} experts ({:.1f}% of {}), ring {}\n", b.text, b.experts,
+                    100 * share(b.experts, m.total_experts()), m.total_experts(), b.transient);
     for (const SimResult& r : b.rows) {
       rows.push_back(row_json(r));
       out.csv += csv_row(m, b, r);

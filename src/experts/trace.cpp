@@ -67,8 +67,7 @@ size_t TraceHeader::record_bytes() const {
 }
 
 std::vector<EncodingBytes> expert_encoding_bytes(int64_t hidden, int64_t inter,
-                                                 const std::string& native,
-                                                 uint64_t native_bytes) {
+                                                 const std::string& native, uint64_t native_bytes) {
   const uint64_t H = uint64_t(hidden), I = uint64_t(inter);
   // The three matrices of an expert: gate [I, H], up [I, H], down [H, I].
   const std::array<std::pair<uint64_t, uint64_t>, 3> mats = {{{I, H}, {I, H}, {H, I}}};
@@ -83,9 +82,11 @@ std::vector<EncodingBytes> expert_encoding_bytes(int64_t hidden, int64_t inter,
   };
   add("bf16", sum([](uint64_t r, uint64_t c) { return r * c * 2; }));
   // e4m3 weights with one f32 scale per 128x128 block.
-  add("fp8", sum([](uint64_t r, uint64_t c) { return r * c + ceil_div(r, 128) * ceil_div(c, 128) * 4; }));
+  add("fp8",
+      sum([](uint64_t r, uint64_t c) { return r * c + ceil_div(r, 128) * ceil_div(c, 128) * 4; }));
   // e2m1 pairs with one e8m0 scale per 32 elements of a row.
-  add("mxfp4", sum([](uint64_t r, uint64_t c) { return r * ceil_div(c, 2) + r * ceil_div(c, 32); }));
+  add("mxfp4",
+      sum([](uint64_t r, uint64_t c) { return r * ceil_div(c, 2) + r * ceil_div(c, 32); }));
   // 3-bit codes packed per row plus an 8-entry f16 codebook per row.
   add("cb3", sum([](uint64_t r, uint64_t c) { return r * (ceil_div(c * 3, 8) + 16); }));
   return out;
@@ -131,8 +132,8 @@ struct HeaderReader {
     const auto& v = at(o, where, key);
     check(v.is_number_integer(), "{}: trace header: {}'{}' is not an integer", file, where, key);
     int64_t x = v.get<int64_t>();
-    check(x >= lo && x <= hi, "{}: trace header: {}'{}' = {} outside [{}, {}]", file, where, key,
-          x, lo, hi);
+    check(x >= lo && x <= hi, "{}: trace header: {}'{}' = {} outside [{}, {}]", file, where, key, x,
+          lo, hi);
     return x;
   }
   std::string str(const nlohmann::json& o, const char* where, const char* key) const {
@@ -159,8 +160,8 @@ TraceModel HeaderReader::model() const {
   tm.expert_bytes = uint64_t(integer(m, w, "expert_bytes", 1, INT64_MAX));
   tm.slot_bytes = uint64_t(integer(m, w, "slot_bytes", 1, INT64_MAX));
   const auto& ml = at(m, w, "moe_layers");
-  check(ml.is_array() && !ml.empty(), "{}: trace header: model.'moe_layers' is not a non-empty array",
-        file);
+  check(ml.is_array() && !ml.empty(),
+        "{}: trace header: model.'moe_layers' is not a non-empty array", file);
   for (const auto& v : ml) {
     check(v.is_number_integer(), "{}: trace header: model.'moe_layers' holds a non-integer", file);
     int64_t l = v.get<int64_t>();

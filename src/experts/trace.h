@@ -48,9 +48,9 @@ struct TraceModel {
   int64_t num_layers = 0, num_experts = 0, k = 0;
   std::vector<int64_t> moe_layers;  // ascending
   int64_t hidden = 0, moe_intermediate = 0;
-  std::string encoding;        // the checkpoint's expert encoding
-  uint64_t expert_bytes = 0;   // logical bytes of one expert as stored
-  uint64_t slot_bytes = 0;     // arena slot size (4 KiB-aligned superset reads)
+  std::string encoding;                  // the checkpoint's expert encoding
+  uint64_t expert_bytes = 0;             // logical bytes of one expert as stored
+  uint64_t slot_bytes = 0;               // arena slot size (4 KiB-aligned superset reads)
   std::vector<EncodingBytes> encodings;  // the model's first, then estimates
 
   size_t num_keys() const { return size_t(num_layers * num_experts); }
@@ -78,8 +78,7 @@ TraceHeader parse_trace_header(const nlohmann::json& j, const std::string& file)
 // Per-expert byte estimates for the encodings of docs/trace-and-simulate.md;
 // the measured one (the checkpoint's) first.
 std::vector<EncodingBytes> expert_encoding_bytes(int64_t hidden, int64_t inter,
-                                                 const std::string& native,
-                                                 uint64_t native_bytes);
+                                                 const std::string& native, uint64_t native_bytes);
 
 class TraceWriter {
  public:
@@ -116,8 +115,8 @@ struct Trace {
   std::vector<uint32_t> token, position, chunk, sequence;  // [n]
   std::vector<uint16_t> corpus;                            // [n]
   std::vector<Phase> phase;                                // [n]
-  std::vector<uint16_t> experts;  // [n, moe_layers, k]
-  std::vector<float> weights;     // [n, moe_layers, k]; empty unless read with weights
+  std::vector<uint16_t> experts;                           // [n, moe_layers, k]
+  std::vector<float> weights;  // [n, moe_layers, k]; empty unless read with weights
 
   size_t size() const { return token.size(); }
   size_t moe_count() const { return header.model.moe_layers.size(); }

@@ -1,4 +1,5 @@
 // read_trace: validates a trace file completely before anyone uses it.
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -62,8 +63,8 @@ void RecordParser::parse(const char* r, size_t i) {
     if (chunk == pc) {
       check(uint8_t(t.phase.back() == Phase::Decode) == phase && t.sequence.back() == seq &&
                 t.position.back() + 1 == pos,
-            "{}: record {}: chunk {} mixes phases, sequences or non-consecutive positions", name,
-            i, chunk);
+            "{}: record {}: chunk {} mixes phases, sequences or non-consecutive positions", name, i,
+            chunk);
     }
   }
   t.token.push_back(load<uint32_t>(r));
@@ -137,8 +138,7 @@ Trace read_trace(const std::filesystem::path& path, bool with_weights) {
   t.header = parse_trace_header(j, f);
   check(record_bytes == t.header.record_bytes(),
         "{}: record size {} does not match the header ({} MoE layers x k {} -> {} bytes)", f,
-        record_bytes, t.header.model.moe_layers.size(), t.header.model.k,
-        t.header.record_bytes());
+        record_bytes, t.header.model.moe_layers.size(), t.header.model.k, t.header.record_bytes());
   const uint64_t body = size - kPrefixBytes - kFooterBytes - text.size();
   char footer[kFooterBytes];
   rd.read(footer, kFooterBytes, size - kFooterBytes);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "core/error.h"
@@ -63,9 +64,12 @@ struct Concentration {
     return sorted.size();
   }
   nlohmann::json to_json() const {
-    return {{"top_10pct_share", top_share(0.10)},  {"top_25pct_share", top_share(0.25)},
-            {"top_50pct_share", top_share(0.50)},  {"experts_for_50pct", experts_for(0.5)},
-            {"experts_for_90pct", experts_for(0.9)}, {"experts", sorted.size()},
+    return {{"top_10pct_share", top_share(0.10)},
+            {"top_25pct_share", top_share(0.25)},
+            {"top_50pct_share", top_share(0.50)},
+            {"experts_for_50pct", experts_for(0.5)},
+            {"experts_for_90pct", experts_for(0.9)},
+            {"experts", sorted.size()},
             {"experts_used", size_t(std::count_if(sorted.begin(), sorted.end(),
                                                   [](uint64_t x) { return x > 0; }))}};
   }

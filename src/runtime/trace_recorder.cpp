@@ -1,0 +1,86 @@
+#include "runtime/trace_recorder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "format/safetensors.h"
+#include "runtime/kv_cache.h"
+
+namespace moetier {
+
+TraceModel trace_model_of(const Qwen3MoeModel& model) {
+  const Qwen3MoeConfig& c = model.config();
+  TraceModel m;
+  m.dir = model.checkpoint().dir().string();
+  m.model_type = "qwen3_moe";
+  m.num_layers = c.num_hidden_layers;
+  m.num_experts = c.num_experts;
+  m.k = c.num_experts_per_tok;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.is_moe_layer(l)) m.moe_layers.push_back(l);
+  m.hidden = c.hidden_size;
+  m.moe_intermediate = c.moe_intermediate_size;
+  return m;
+}
+
+TraceRecorder::TraceRecorder(TraceWriter& writer, const Qwen3MoeConfig& cfg)
+    : writer_(writer), moe_index_(size_t(cfg.num_hidden_layers), -1), k_(cfg.num_experts_per_tok) {
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    if (cfg.is_moe_layer(l)) moe_index_[size_t(l)] = int64_t(moe_count_++);
+  seen_.assign(moe_count_, 0);
+  observer_ = [this](const RoutingEvent& ev) { observe(ev); };
+}
+
+void TraceRecorder::observe(const RoutingEvent& ev) {
+  check(ev.layer >= 0 && size_t(ev.layer) < moe_index_.size() && moe_index_[size_t(ev.layer)] >= 0,
+        "trace: routing reported for layer {}, which is not a MoE layer", ev.layer);
+  const Routing& r = *ev.routing;
+  check(r.k == k_, "trace: layer {} routed top-{}, the model says {}", ev.layer, r.k, k_);
+  const size_t m = size_t(moe_index_[size_t(ev.layer)]);
+  if (n_ < 0) {
+    n_ = r.n_tokens;
+    phase_ = ev.phase;
+    experts_.assign(moe_count_ * size_t(n_ * k_), 0);
+    weights_.assign(experts_.size(), 0.0f);
+  }
+  check(r.n_tokens == n_ && ev.phase == phase_ && !seen_[m],
+        "trace: inconsistent routing events in one forward pass (layer {})", ev.layer);
+  seen_[m] = 1;
+  const size_t per = size_t(n_ * k_);
+  std::copy_n(r.experts.data(), per, experts_.data() + m * per);
+  std::copy_n(r.weights.data(), per, weights_.data() + m * per);
+}
+
+void TraceRecorder::end_chunk(uint32_t sequence, uint16_t corpus, int64_t start_pos,
+                              std::span<const int32_t> tokens) {
+  check(n_ == int64_t(tokens.size()), "trace: forward pass of {} tokens reported routing for {}",
+        tokens.size(), n_);
+  check(std::all_of(seen_.begin(), seen_.end(), [](uint8_t s) { return s != 0; }),
+        "trace: a MoE layer reported no routing");
+  writer_.add_chunk(sequence, corpus, start_pos, phase_, tokens, experts_, weights_);
+  n_ = -1;
+  std::fill(seen_.begin(), seen_.end(), 0);
+}
+
+void TraceRecorder::run_window(const Qwen3MoeModel& model, ExpertProvider& experts,
+                               std::span<const int32_t> prompt, int64_t decode, uint32_t sequence,
+                               uint16_t corpus) {
+  check(!prompt.empty() && decode >= 0, "trace: empty window");
+  const int64_t V = model.config().vocab_size;
+  KvCache kv = KvCache::for_model(model.config(), int64_t(prompt.size()) + decode);
+  ForwardOptions fo;
+  fo.observer = &observer_;
+  std::vector<float> logits = model.forward(prompt, 0, kv, experts, fo);
+  end_chunk(sequence, corpus, 0, prompt);
+  int64_t pos = int64_t(prompt.size());
+  for (int64_t s = 0; s < decode; ++s, ++pos) {
+    const int32_t next =
+        int32_t(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
+    const int32_t one[1] = {next};
+    logits = model.forward(one, pos, kv, experts, fo);
+    end_chunk(sequence, corpus, pos, one);
+  }
+}
+
+}  // namespace moetier
