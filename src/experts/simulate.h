@@ -81,9 +81,10 @@ size_t engine_max_pinned(size_t hot, int64_t k);
 size_t engine_default_transient(size_t hot, int64_t num_experts, int64_t k);
 
 // "100" (experts), "25%" (of all experts, rounded up as --arena N%) or bytes
-// ("10MB": divided by the slot size of the model's encoding as --arena does, or
-// by the logical bytes of `encoding`). Throws Error for a budget that holds no
-// expert or more than the model has.
+// ("10MB": divided by the model's slot size as --arena does when `encoding` is
+// empty, else by the logical expert bytes of that encoding from the trace
+// header). Throws Error for a budget that holds no expert or more than the
+// model has.
 size_t parse_budget(const std::string& text, const TraceModel& m, const std::string& encoding);
 
 struct StudyOptions {

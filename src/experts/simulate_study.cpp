@@ -46,7 +46,7 @@ size_t parse_budget(const std::string& text, const TraceModel& m, const std::str
     check(n > 0, "--budgets: a budget of 0 experts holds nothing");
   } else {
     const uint64_t bytes = parse_bytes(text, "--budgets");
-    const bool native = encoding.empty() || encoding == m.encoding;
+    const bool native = encoding.empty();
     const uint64_t per = native ? m.slot_bytes : m.bytes_of(encoding);
     n = size_t(bytes / per);
     check(n > 0, "--budgets: {} holds no expert (one {} expert is {})", text,
@@ -202,6 +202,29 @@ std::string table_row(const SimResult& r) {
                      100 * share(d.all_hit_steps, d.steps));
 }
 
+// Appends budget b's rows to the CSV and the table; returns its JSON.
+nlohmann::json report_budget(const TraceModel& m, const BudgetRun& b, Study& out) {
+  nlohmann::json bytes = nlohmann::json::object();
+  for (const EncodingBytes& e : m.encodings) bytes[e.name] = b.experts * e.bytes;
+  nlohmann::json rows = nlohmann::json::array();
+  out.table +=
+      fmt::format("budget {} = {} experts ({:.1f}% of {}), ring {}\n", b.text, b.experts,
+                  100 * share(b.experts, m.total_experts()), m.total_experts(), b.transient);
+  for (const SimResult& r : b.rows) {
+    rows.push_back(row_json(r));
+    out.csv += csv_row(m, b, r);
+    out.table += table_row(r);
+  }
+  return {{"budget", b.text},
+          {"experts", b.experts},
+          {"share", share(b.experts, m.total_experts())},
+          {"slot_bytes", b.experts * m.slot_bytes},
+          {"bytes", bytes},
+          {"transient", b.transient},
+          {"static_coverage", b.coverage},
+          {"results", rows}};
+}
+
 }  // namespace
 
 Study run_study(const Trace& t, const StudyOptions& o) {
@@ -237,25 +260,7 @@ Study run_study(const Trace& t, const StudyOptions& o) {
                           "pinned", "hit", "all-k", "dec hit", "dec all-k");
   for (BudgetRun& b : runs) {
     run_budget(t, s, o, ranking, uses.total, b);
-    nlohmann::json bytes = nlohmann::json::object();
-    for (const EncodingBytes& e : m.encodings) bytes[e.name] = b.experts * e.bytes;
-    nlohmann::json rows = nlohmann::json::array();
-    out.table +=
-        fmt::format("budget {} = {} experts ({:.1f}% of {}), ring {}\n", b.text, b.experts,
-                    100 * share(b.experts, m.total_experts()), m.total_experts(), b.transient);
-    for (const SimResult& r : b.rows) {
-      rows.push_back(row_json(r));
-      out.csv += csv_row(m, b, r);
-      out.table += table_row(r);
-    }
-    budgets.push_back({{"budget", b.text},
-                       {"experts", b.experts},
-                       {"share", share(b.experts, m.total_experts())},
-                       {"slot_bytes", b.experts * m.slot_bytes},
-                       {"bytes", bytes},
-                       {"transient", b.transient},
-                       {"static_coverage", b.coverage},
-                       {"results", rows}});
+    budgets.push_back(report_budget(m, b, out));
   }
   uint64_t prefill = size_t(std::count(t.phase.begin(), t.phase.end(), Phase::Prefill));
   out.json = {{"trace", t.file.string()},

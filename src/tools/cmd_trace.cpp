@@ -168,7 +168,10 @@ void trace(const TraceArgs& a) {
     int64_t done = 0;
     while (done < quota) {
       const int64_t w = std::min(a.window, quota - done);
-      if (!text.fill(tok, buf, size_t(w))) break;
+      if (!text.fill(tok, buf, size_t(w))) {
+        check(done > 0, "--corpus: {}: no text to trace", a.corpus[size_t(i)]);
+        break;
+      }
       const std::vector<int32_t> prompt(buf.begin(),
                                         buf.begin() + std::min<int64_t>(w, buf.size()));
       buf.erase(buf.begin(), buf.begin() + int64_t(prompt.size()));
