@@ -33,31 +33,44 @@ class UringReader final : public Reader {
       pending.push_back(i);
     }
     int inflight = 0;
-    while (!pending.empty() || inflight > 0) {
-      while (inflight < depth_ && !pending.empty()) {
+    int broken = 0;  // errno of a failed io_uring_submit_and_wait: stop submitting
+    while ((!pending.empty() && !broken) || inflight > 0) {
+      while (!broken && inflight < depth_ && !pending.empty()) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        if (!sqe) break;  // submit what is queued first
         size_t i = pending.front();
         pending.pop_front();
         ReadRequest& r = reqs[i];
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-        check(sqe != nullptr, "io_uring: submission queue full");
         io_uring_prep_read(sqe, r.file->fd(), r.dst + r.got, unsigned(want[i] - r.got),
                            r.span().offset + r.got);
         io_uring_sqe_set_data64(sqe, i);
         ++inflight;
       }
-      int rc = io_uring_submit_and_wait(&ring_, 1);
-      if (rc < 0 && rc != -EINTR) fail("io_uring_submit_and_wait: {}", std::strerror(-rc));
-      io_uring_cqe* cqe = nullptr;
-      while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
-        size_t i = io_uring_cqe_get_data64(cqe);
-        int res = cqe->res;
-        io_uring_cqe_seen(&ring_, cqe);
-        --inflight;
-        if (complete(reqs[i], want[i], res)) {
-          finish(reqs[i]);
-        } else {
-          pending.push_back(i);
-        }
+      int rc = broken ? io_uring_wait_cqe(&ring_, nullptr) : io_uring_submit_and_wait(&ring_, 1);
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) broken = -rc;
+      reap(reqs, want, pending, inflight);
+    }
+    // Requests never submitted (the ring broke) fail with its errno; no read is
+    // in flight any more, so no buffer is written after this returns.
+    for (size_t i : pending) {
+      reqs[i].err = broken;
+      finish(reqs[i]);
+    }
+  }
+
+  // Folds every available completion in; unfinished reads go back to pending.
+  void reap(std::span<ReadRequest> reqs, const std::vector<uint64_t>& want,
+            std::deque<size_t>& pending, int& inflight) {
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+      size_t i = io_uring_cqe_get_data64(cqe);
+      int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      --inflight;
+      if (complete(reqs[i], want[i], res)) {
+        finish(reqs[i]);
+      } else {
+        pending.push_back(i);
       }
     }
   }
