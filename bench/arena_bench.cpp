@@ -2,11 +2,14 @@
 //
 //   arena_bench DIR [--sizes 100,50,25,10] [--prompt 32] [--decode 64]
 //               [--transient M] [--policy lru] [--threads T] [--json FILE]
+//               [--text FILE]
 //   arena_bench --make-synthetic DIR [--layers 8 --experts 64 --top-k 8
 //               --hidden 1024 --moe-inter 512 --bf16]
 //
 // For each size: a fresh (cold) arena, a random prompt of --prompt tokens
-// processed in one chunk (prefill), then --decode greedy tokens. Decode figures
+// processed in one chunk (prefill), then --decode greedy tokens (with --text
+// FILE: the prompt is the text's first tokens and decode is fed the following
+// tokens, teacher-forced, so that a trained router sees real text). Decode figures
 // count only the decode steps. A `mapped` row (all experts resident through the
 // checkpoint's mmap) is the ceiling. Not a test: nothing is asserted.
 #include <fmt/format.h>
@@ -15,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -23,6 +27,7 @@
 #include "experts/options.h"
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
+#include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/kv_cache.h"
 #include "runtime/mapped_experts.h"
@@ -34,7 +39,7 @@ using namespace moetier;
 namespace {
 
 struct Args {
-  std::string dir, json, sizes = "100,50,25,10", policy = "lru";
+  std::string dir, json, text, sizes = "100,50,25,10", policy = "lru";
   int64_t prompt = 32, decode = 64, transient = -1;
   int threads = 0;
   uint32_t seed = 1;
@@ -51,11 +56,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Row measure(const Qwen3MoeModel& m, ExpertProvider& ex, ExpertStats* stats, const Args& a) {
+// text: token ids of --text (at least prompt + decode of them), or empty.
+Row measure(const Qwen3MoeModel& m, ExpertProvider& ex, ExpertStats* stats, const Args& a,
+            const std::vector<int32_t>& text) {
   const Qwen3MoeConfig& c = m.config();
   std::mt19937 rng(a.seed);
   std::vector<int32_t> prompt(size_t(a.prompt));
   for (auto& t : prompt) t = int32_t(rng() % uint64_t(c.vocab_size));
+  if (!text.empty()) prompt.assign(text.begin(), text.begin() + a.prompt);
   KvCache kv = KvCache::for_model(c, a.prompt + a.decode + 1);
   Row r;
   auto t0 = std::chrono::steady_clock::now();
@@ -65,7 +73,8 @@ Row measure(const Qwen3MoeModel& m, ExpertProvider& ex, ExpertStats* stats, cons
   t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < a.decode; ++s) {
     std::vector<int32_t> one{
-        int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+        text.empty() ? int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin())
+                     : text[size_t(a.prompt + s)]};
     logits = m.forward(one, a.prompt + s, kv, ex);
   }
   double dt = seconds_since(t0);
@@ -88,11 +97,21 @@ void run(const Args& a) {
   cpu::set_threads(a.threads);
   auto ck = Checkpoint::open(a.dir);
   const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
+  std::vector<int32_t> text;
+  if (!a.text.empty()) {
+    std::ifstream f(a.text, std::ios::binary);
+    check(bool(f), "{}: cannot open", a.text);
+    std::stringstream buf;
+    buf << f.rdbuf();
+    text = Tokenizer::load(a.dir).encode(buf.str());
+    check(int64_t(text.size()) >= a.prompt + a.decode, "{}: {} tokens, need {}", a.text,
+          text.size(), a.prompt + a.decode);
+  }
   std::vector<Row> rows;
   {
     MappedExperts mapped(*ck, model.config());
-    measure(model, mapped, nullptr, a);  // warm the page cache
-    Row r = measure(model, mapped, nullptr, a);
+    measure(model, mapped, nullptr, a, text);  // warm the page cache
+    Row r = measure(model, mapped, nullptr, a, text);
     r.arena = "mapped";
     rows.push_back(r);
   }
@@ -105,12 +124,13 @@ void run(const Args& a) {
     o.quiet = true;
     ExpertStats stats;
     auto arena = make_expert_provider(*ck, model.config(), o, &stats);
-    Row r = measure(model, *arena, &stats, a);
+    Row r = measure(model, *arena, &stats, a, text);
     r.arena = o.arena;
     rows.push_back(r);
   }
-  std::printf("model %s: prompt %lld tokens, decode %lld tokens, policy %s\n", a.dir.c_str(),
-              (long long)a.prompt, (long long)a.decode, a.policy.c_str());
+  std::printf("model %s: prompt %lld tokens, decode %lld tokens (%s), policy %s\n", a.dir.c_str(),
+              (long long)a.prompt, (long long)a.decode,
+              text.empty() ? "random prompt, greedy" : a.text.c_str(), a.policy.c_str());
   std::printf(
       "| arena | hot slots | prefill tok/s | decode tok/s | expert reads/token | "
       "MiB read/token | hit rate | all-k-hit | I/O stall |\n");
@@ -151,6 +171,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU threads (0: all)");
   app.add_option("--seed", a.seed, "Prompt seed");
   app.add_option("--json", a.json, "Write the rows as JSON");
+  app.add_option("--text", a.text, "Prompt and teacher-forced decode tokens from this text file");
   app.add_option("--make-synthetic", synth, "Write a synthetic checkpoint to this directory");
   app.add_option("--layers", s.layers);
   app.add_option("--experts", s.experts);
