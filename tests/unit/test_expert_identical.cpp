@@ -23,7 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kFixtures[] = {"qwen3moe-bf16", "qwen3moe-mxfp4", "qwen3moe-sharded"};
+// The fixtures, and the embedded model (a trained router) under models/.
+const char* kFixtures[] = {"tests/data/fixtures/qwen3moe-bf16",
+                           "tests/data/fixtures/qwen3moe-mxfp4",
+                           "tests/data/fixtures/qwen3moe-sharded", "models/moetier-tiny"};
 
 struct Trace {
   std::vector<std::vector<float>> logits;  // prefill (all positions), then one per decode step
@@ -74,7 +77,7 @@ std::vector<int32_t> random_prompt(int64_t vocab, size_t n, uint32_t seed) {
 TEST(ExpertIdentical, TenPercentArenaEqualsAllResident) {
   uint32_t seed = 100;
   for (const char* name : kFixtures) {
-    fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures" / name;
+    fs::path dir = fs::path(MOETIER_SOURCE_DIR) / name;
     auto ck = Checkpoint::open(dir);
     const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
     const Qwen3MoeConfig& cfg = model.config();
