@@ -11,7 +11,11 @@ enum class WeightEncoding : uint8_t { F32, BF16, MXFP4, CB3 };
 //   F32/BF16: data -> rows*cols elements.
 //   MXFP4:    data -> [rows, cols/2] bytes, e2m1 pairs, low nibble = even
 //             column; scales -> [rows, cols/32] e8m0 bytes.
-//   CB3:      reserved for the repacked 3-bit codebook format.
+//   CB3:      data -> [rows, ceil(cols*3/8)] bytes of packed 3-bit codes
+//             (code of column c = bits 3c..3c+2 of its row, little-endian
+//             bit order; kernels/cb3.h, docs/formats.md); scales -> the
+//             codebook [rows, 8] f16 (16 bytes per row, any alignment):
+//             element (r, c) = codebook[r][code(r, c)].
 struct MatView {
   WeightEncoding enc = WeightEncoding::F32;
   int64_t rows = 0;

@@ -54,6 +54,18 @@ MatShape plain_shape(const Checkpoint& ck, const TensorInfo& t, int64_t rows, in
   return {t.dtype == DType::BF16 ? WeightEncoding::BF16 : WeightEncoding::F32, t.dtype, rows, cols};
 }
 
+// A cb3 weight U8 [rows, ceil(3 cols / 8)] and its codebook F16 [rows, 8].
+MatShape cb3_shape(const Checkpoint& ck, const TensorInfo& w, const TensorInfo& cb, int64_t rows,
+                   int64_t cols) {
+  check(w.dtype == DType::U8, "{}: tensor '{}': cb3 codes must be U8, got {}",
+        ck.shards()[w.shard].path.string(), w.name, dtype_name(w.dtype));
+  check(cb.dtype == DType::F16, "{}: tensor '{}': cb3 codebooks must be F16, got {}",
+        ck.shards()[cb.shard].path.string(), cb.name, dtype_name(cb.dtype));
+  expect_shape(ck, w, {rows, (3 * cols + 7) / 8});
+  expect_shape(ck, cb, {rows, 8});
+  return {WeightEncoding::CB3, w.dtype, rows, cols};
+}
+
 ByteRange range_of(const Checkpoint& ck, const TensorInfo& t, ExpertPart part, uint64_t skip,
                    uint64_t length) {
   ByteRange r;
@@ -154,13 +166,19 @@ void ExpertIndex::add_expert(const Checkpoint& ck, int64_t l, int64_t e, const E
     rec.ranges.push_back(range_of(ck, dn, ExpertPart::DownW, uint64_t(t.index) * m * ds, m * ds));
   } else {
     const bool fp4 = t.layout == ExpertLayout::PerExpertMxfp4;
+    const bool cb3 = t.layout == ExpertLayout::PerExpertCb3;  // scales: the codebooks
     const std::string* names[3] = {&t.gate, &t.up, &t.down};
     const std::string* scales[3] = {&t.gate_scale, &t.up_scale, &t.down_scale};
     MatShape* out[3] = {&sh.gate, &sh.up, &sh.down};
     for (int p = 0; p < 3; ++p) {
       int64_t rows = p < 2 ? I : H, cols = p < 2 ? H : I;
       const TensorInfo& w = ck.get(*names[p]);
-      if (!fp4) {
+      if (cb3) {
+        const TensorInfo& cb = ck.get(*scales[p]);
+        *out[p] = cb3_shape(ck, w, cb, rows, cols);
+        rec.ranges.push_back(
+            range_of(ck, cb, ExpertPart(int(ExpertPart::GateScale) + p), 0, cb.nbytes()));
+      } else if (!fp4) {
         expect_shape(ck, w, {rows, cols});
         *out[p] = plain_shape(ck, w, rows, cols);
       } else {
@@ -259,6 +277,14 @@ int64_t first_nonfinite(const uint8_t* p, uint64_t bytes, size_t elem) {
   return first_nonfinite_t<uint32_t>(p, bytes / 4, 0x7f800000u);
 }
 
+// Index of the first non-finite element of a little-endian f16 array (cb3
+// codebooks), or -1.
+int64_t first_nonfinite_f16(const uint8_t* p, uint64_t bytes) {
+  for (uint64_t i = 0; i < bytes / 2; ++i)
+    if ((p[2 * i + 1] & 0x7c) == 0x7c) return int64_t(i);
+  return -1;
+}
+
 }  // namespace
 
 ExpertView ExpertIndex::view(ExpertKey k, const std::byte* slot) const {
@@ -287,7 +313,9 @@ std::string ExpertIndex::validate(ExpertKey k, const std::byte* slot) const {
     const bool scale = b.part >= ExpertPart::GateScale;
     const MatShape& sh = shape(layer_of(k), b.part);
     int64_t at = -1;
-    if (scale) {
+    if (scale && sh.enc == WeightEncoding::CB3) {
+      at = first_nonfinite_f16(p, b.length);
+    } else if (scale) {
       const void* ff = std::memchr(p, 0xff, b.length);
       if (ff) at = static_cast<const uint8_t*>(ff) - p;
     } else if (sh.enc == WeightEncoding::BF16 || sh.enc == WeightEncoding::F32) {
@@ -298,7 +326,9 @@ std::string ExpertIndex::validate(ExpertKey k, const std::byte* slot) const {
           "{}: tensor '{}': layer {} expert {}: {} element {} is {} "
           "(expert bytes fail validation)",
           shard_paths_[b.shard], b.tensor, layer_of(k), expert_of(k), expert_part_name(b.part), at,
-          scale ? "0xff (NaN scale)" : "NaN/Inf");
+          !scale                          ? "NaN/Inf"
+          : sh.enc == WeightEncoding::CB3 ? "NaN/Inf (cb3 codebook)"
+                                          : "0xff (NaN scale)");
     }
   }
   return {};

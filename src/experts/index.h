@@ -2,9 +2,10 @@
 // shards, so that a miss reads it in place (no conversion step).
 //
 // For each expert, the byte ranges of its tensors (gate/up/down weights and,
-// for MXFP4, their e8m0 scales) as absolute file offsets in a shard. Stacked
-// tensors (gate_up_proj [E, 2I, H], down_proj [E, H, I]) give one range per
-// matrix cut out of the stacked tensor. Ranges of one expert whose 4 KiB
+// for MXFP4, their e8m0 scales; for CB3, their f16 codebooks in the *Scale
+// parts) as absolute file offsets in a shard. Stacked tensors (gate_up_proj
+// [E, 2I, H], down_proj [E, H, I]) give one range per matrix cut out of the
+// stacked tensor. Ranges of one expert whose 4 KiB
 // supersets touch or overlap are coalesced into one read (an extent); the
 // arena slot of an expert is the concatenation of its extents' supersets, so
 // every tensor is at a fixed offset inside the slot and no bytes are copied.
@@ -101,7 +102,8 @@ class ExpertIndex {
   // The views of an expert whose slot starts at `slot`.
   ExpertView view(ExpertKey k, const std::byte* slot) const;
   // Checks bytes loaded into a slot: no NaN/Inf in f32/bf16 weights, no 0xff
-  // (NaN) e8m0 scale. Returns "" or a one-line problem naming file and tensor.
+  // (NaN) e8m0 scale, no NaN/Inf in a cb3 codebook. Returns "" or a one-line
+  // problem naming file and tensor.
   std::string validate(ExpertKey k, const std::byte* slot) const;
 
  private:

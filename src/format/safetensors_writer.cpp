@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -131,8 +132,11 @@ std::vector<Placed> place(const std::filesystem::path& path, std::span<const Ten
     }
     check(need == t.data.size(), "{}: tensor '{}': dtype {} shape {} needs {} bytes, given {}",
           path.string(), t.name, dtype_name(t.dtype), shape_str(t.shape), need, t.data.size());
-    if (align && off % align) {
-      uint64_t gap = align - off % align;
+    const uint64_t a = t.align ? t.align : align;
+    check((a & (a - 1)) == 0, "{}: tensor '{}': alignment {} is not a power of two", path.string(),
+          t.name, a);
+    if (a && off % a) {
+      uint64_t gap = a - off % a;
       out.push_back({nullptr, fmt::format("__pad_{}", pads++), off, off + gap});
       off += gap;
     }
@@ -168,7 +172,9 @@ uint64_t write_safetensors(const std::filesystem::path& path,
   check(opt.align == 0 || (opt.align & (opt.align - 1)) == 0,
         "{}: alignment {} is not a power of two", path.string(), opt.align);
   auto placed = place(path, tensors, opt.align);
-  std::string header = header_text(path, placed, opt);
+  SafetensorsWriteOptions hopt = opt;  // the data section starts at the largest alignment
+  for (const auto& t : tensors) hopt.align = std::max(hopt.align, t.align);
+  std::string header = header_text(path, placed, hopt);
   unsigned char len[8];
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));

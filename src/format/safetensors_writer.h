@@ -8,7 +8,9 @@
 // trailing spaces so that the data section starts at a multiple of `align`,
 // and the gap before each tensor that would start unaligned is filled by an
 // explicit padding tensor "__pad_N" (U8, 1-D, zero bytes). The file stays
-// valid safetensors (no holes); moetier's loader hides __pad_* tensors.
+// valid safetensors (no holes); moetier's loader hides __pad_* tensors. A
+// tensor may ask for its own alignment (TensorToWrite::align), e.g. 4096 for
+// the first tensor of an expert record and 64 for the rest.
 //
 // Not thread-safe: one writer per object.
 #pragma once
@@ -31,6 +33,10 @@ struct TensorToWrite {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   std::span<const std::byte> data;  // dtype_size(dtype) * prod(shape) bytes, row-major
+  // Where this tensor may start: 0 = SafetensorsWriteOptions::align; else a
+  // power of two of its own (1 = right after the previous tensor). Lets a
+  // record of several tensors (one expert) start 4 KiB-aligned and stay packed.
+  uint64_t align = 0;
 };
 
 struct SafetensorsWriteOptions {

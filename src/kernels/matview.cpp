@@ -1,6 +1,7 @@
 #include "kernels/matview.h"
 
 #include "core/error.h"
+#include "kernels/cb3.h"
 
 namespace moetier::kernels {
 
@@ -31,7 +32,8 @@ void check_matview(const MatView& w, std::string_view what) {
       check(w.scales != nullptr, "{}: mxfp4 matrix [{}, {}] has no scales", what, w.rows, w.cols);
       return;
     case WeightEncoding::CB3:
-      break;
+      check(w.scales != nullptr, "{}: cb3 matrix [{}, {}] has no codebook", what, w.rows, w.cols);
+      return;
   }
   fail("{}: encoding {} is not supported by this kernel", what, encoding_name(w.enc));
 }
@@ -45,7 +47,7 @@ int64_t row_bytes(const MatView& w) {
     case WeightEncoding::MXFP4:
       return w.cols / 2;
     case WeightEncoding::CB3:
-      break;
+      return cb3_row_bytes(w.cols);
   }
   return 0;
 }

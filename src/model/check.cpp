@@ -19,6 +19,8 @@ constexpr const char* kProjs[] = {"gate_proj", "up_proj", "down_proj"};
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 bool is_byte(DType t) { return t == DType::U8 || t == DType::I8; }
 bool is_scale(DType t) { return t == DType::F8_E8M0 || t == DType::U8; }
+bool is_u8(DType t) { return t == DType::U8; }
+bool is_f16(DType t) { return t == DType::F16; }
 
 // Parses a decimal index at the start of s; advances s past it and a '.'.
 std::optional<int64_t> take_index(std::string_view& s) {
@@ -97,7 +99,8 @@ struct Checker {
     auto e = take_index(s);
     bool known = false;
     for (const char* p : kProjs)
-      known |= s == fmt::format("{}.weight", p) || s == fmt::format("{}.scale", p);
+      known |= s == fmt::format("{}.weight", p) || s == fmt::format("{}.scale", p) ||
+               s == fmt::format("{}.codebook", p);
     if (!e || !known) return add(file_of(t), t.name, "not an expert tensor of a supported layout");
     if (*e < 0 || *e >= c.num_experts)
       return add(file_of(t), t.name, "expert {} out of range (num_experts {})", *e, c.num_experts);
@@ -115,14 +118,50 @@ struct Checker {
     require(p + "down_proj", {E, H, I});
   }
 
+  enum class Enc { Plain, Mxfp4, Cb3 };
+
+  static std::string_view enc_name(Enc e) {
+    return e == Enc::Cb3 ? "cb3" : e == Enc::Mxfp4 ? "MXFP4" : "plain f32/f16/bf16";
+  }
+
+  // A tensor the layer's encoding has no use for (an MXFP4 scale or a cb3 codebook).
+  void stray(const std::string& name, std::string_view what, Enc enc, int64_t layer) {
+    if (const TensorInfo* s = ck.find(name))
+      add(file_of(*s), s->name, "{} ({}) in layer {}, whose experts are {}", what,
+          dtype_name(s->dtype), layer, enc_name(enc));
+  }
+
+  // One projection [out, in] of one expert, named n + "weight" etc.
+  void check_proj(const std::string& n, int64_t out, int64_t in, Enc enc, int64_t layer) {
+    switch (enc) {
+      case Enc::Cb3:
+        require(n + "weight", {out, (3 * in + 7) / 8}, is_u8, "U8 (cb3 packed 3-bit codes)");
+        require(n + "codebook", {out, 8}, is_f16, "F16 (cb3 codebook, 8 per row)");
+        return stray(n + "scale", "an MXFP4 scale", enc, layer);
+      case Enc::Mxfp4:
+        require(n + "weight", {out, in / 2}, is_byte, "U8 or I8 (MXFP4 e2m1 pairs)");
+        require(n + "scale", {out, in / 32}, is_scale, "F8_E8M0 or U8 (MXFP4 scales)");
+        return stray(n + "codebook", "a cb3 codebook", enc, layer);
+      case Enc::Plain:
+        require(n + "weight", {out, in});
+        stray(n + "scale", "an MXFP4 scale", enc, layer);
+        return stray(n + "codebook", "a cb3 codebook", enc, layer);
+    }
+  }
+
   void check_per_expert(int64_t layer, const LayerExperts& le) {
     std::string p = layer_prefix(layer) + "mlp.experts.";
-    // The layer's encoding follows its first expert's gate_proj.weight.
+    // The layer's encoding follows its first expert: a gate_proj.codebook means
+    // CB3; else U8/I8 gate_proj.weight (or a scale) means MXFP4.
     const auto& first = le.per.begin()->second;
     auto w = first.find("gate_proj.weight");
-    bool mxfp4 = w != first.end() ? is_byte(w->second->dtype) : first.count("gate_proj.scale") > 0;
+    Enc enc = Enc::Plain;
+    if (first.count("gate_proj.codebook"))
+      enc = Enc::Cb3;
+    else if (w != first.end() ? is_byte(w->second->dtype) : first.count("gate_proj.scale") > 0)
+      enc = Enc::Mxfp4;
     const int64_t I = c.moe_intermediate_size, H = c.hidden_size;
-    if (mxfp4 && (H % 32 || I % 32)) {
+    if (enc == Enc::Mxfp4 && (H % 32 || I % 32)) {
       problems.push_back(
           fmt::format("{}: field 'hidden_size': {} and moe_intermediate_size {} "
                       "must be multiples of 32 for MXFP4 experts (layer {})",
@@ -132,17 +171,7 @@ struct Checker {
     for (int64_t e = 0; e < c.num_experts; ++e) {
       for (const char* proj : kProjs) {
         bool down = std::string_view(proj) == "down_proj";
-        int64_t out = down ? H : I, in = down ? I : H;
-        std::string n = fmt::format("{}{}.{}.", p, e, proj);
-        if (!mxfp4) {
-          require(n + "weight", {out, in});
-          if (const TensorInfo* s = ck.find(n + "scale"))
-            add(file_of(*s), s->name, "scale for a {} expert (layer {} experts are not MXFP4)",
-                dtype_name(s->dtype), layer);
-          continue;
-        }
-        require(n + "weight", {out, in / 2}, is_byte, "U8 or I8 (MXFP4 e2m1 pairs)");
-        require(n + "scale", {out, in / 32}, is_scale, "F8_E8M0 or U8 (MXFP4 scales)");
+        check_proj(fmt::format("{}{}.{}.", p, e, proj), down ? H : I, down ? I : H, enc, layer);
       }
     }
   }
@@ -218,6 +247,38 @@ bool shapes_known(const Qwen3MoeConfig& c) {
          c.num_experts > 0 && c.moe_intermediate_size > 0 && (!dense || c.intermediate_size > 0);
 }
 
+// The "moetier" object that moetier prune / repack add to config.json
+// (docs/formats.md, "Derived checkpoints"): kept_experts lists, per layer, the
+// original ids of the experts kept (empty for dense layers), ascending.
+void check_derived(const nlohmann::json& j, const std::string& file, const Qwen3MoeConfig& c,
+                   std::vector<std::string>& problems) {
+  auto m = j.find("moetier");
+  if (m == j.end() || m->is_null()) return;
+  auto bad = [&](std::string_view field, const std::string& what) {
+    problems.push_back(fmt::format("{}: field 'moetier.{}': {}", file, field, what));
+  };
+  if (!m->is_object()) return bad("", fmt::format("is {}, expected an object", json_kind(*m)));
+  auto kept = m->find("kept_experts");
+  if (kept == m->end()) return;
+  auto from = m->find("pruned_from");
+  if (from == m->end() || !from->is_number_integer() || from->get<int64_t>() < c.num_experts)
+    return bad("pruned_from", fmt::format("must be an integer >= num_experts {}", c.num_experts));
+  const int64_t n = from->get<int64_t>();
+  if (!kept->is_array() || int64_t(kept->size()) != c.num_hidden_layers)
+    return bad("kept_experts", fmt::format("expected a list of {} lists", c.num_hidden_layers));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const auto& ids = (*kept)[size_t(l)];
+    const int64_t want = c.is_moe_layer(l) ? c.num_experts : 0;
+    bool ok = ids.is_array() && int64_t(ids.size()) == want;
+    for (size_t i = 0; ok && i < ids.size(); ++i)
+      ok = ids[i].is_number_integer() && ids[i].get<int64_t>() >= 0 && ids[i].get<int64_t>() < n &&
+           (i == 0 || ids[i].get<int64_t>() > ids[i - 1].get<int64_t>());
+    if (!ok)
+      return bad(fmt::format("kept_experts[{}]", l),
+                 fmt::format("expected {} ascending expert ids in [0, {})", want, n));
+  }
+}
+
 void check_all(const std::filesystem::path& dir, std::vector<std::string>& problems) {
   auto ck = Checkpoint::open(dir, problems);
   if (!ck->config().is_object()) return;  // config.json missing or broken: reported
@@ -225,6 +286,7 @@ void check_all(const std::filesystem::path& dir, std::vector<std::string>& probl
   if (!check_architecture(ck->config(), cfg_file, problems)) return;
   Qwen3MoeConfig c = parse_qwen3_moe_config(ck->config(), dir / "config.json", problems);
   if (!shapes_known(c)) return;
+  check_derived(ck->config(), cfg_file, c, problems);
   Checker k{*ck, c, problems, {}};
   k.check_core();
   k.check_experts();

@@ -16,6 +16,7 @@ namespace {
 
 std::string encoding_of(const Checkpoint& ck, const ExpertTensors& e) {
   if (e.layout == ExpertLayout::PerExpertMxfp4) return "mxfp4";
+  if (e.layout == ExpertLayout::PerExpertCb3) return "cb3";
   std::string n(dtype_name(ck.get(e.gate).dtype));
   std::transform(n.begin(), n.end(), n.begin(), [](char ch) { return char(std::tolower(ch)); });
   return n;

@@ -296,6 +296,7 @@ ExpertLayout detect_expert_layout(const Checkpoint& ck, int64_t layer) {
         "{}: tensor '{}0.gate_proj.weight': missing (layer {} has no expert tensors in a "
         "supported layout; also looked for '{}gate_up_proj')",
         ck.dir().string(), p, layer, p);
+  if (ck.find(p + "0.gate_proj.codebook")) return ExpertLayout::PerExpertCb3;
   if (w->dtype == DType::U8 || w->dtype == DType::I8) return ExpertLayout::PerExpertMxfp4;
   return ExpertLayout::PerExpert;
 }
@@ -322,6 +323,10 @@ ExpertTensors expert_tensors(const Checkpoint& ck, int64_t layer, int64_t expert
     e.gate_scale = q + "gate_proj.scale";
     e.up_scale = q + "up_proj.scale";
     e.down_scale = q + "down_proj.scale";
+  } else if (e.layout == ExpertLayout::PerExpertCb3) {
+    e.gate_scale = q + "gate_proj.codebook";
+    e.up_scale = q + "up_proj.codebook";
+    e.down_scale = q + "down_proj.codebook";
   }
   for (const std::string* n : {&e.gate, &e.up, &e.down, &e.gate_scale, &e.up_scale, &e.down_scale})
     if (!n->empty()) ck.get(*n);

@@ -13,6 +13,10 @@
 //                      (e2m1 pairs, low nibble = even element) and
 //                      mlp.experts.{e}.{gate,up,down}_proj.scale F8_E8M0/U8
 //                      [out, in/32] (one power-of-two scale per 32 elements)
+//   per-expert CB3:    mlp.experts.{e}.{gate,up,down}_proj.weight U8
+//                      [out, ceil(in*3/8)] (packed 3-bit codes, kernels/cb3.h)
+//                      and mlp.experts.{e}.{gate,up,down}_proj.codebook F16
+//                      [out, 8] (written by moetier repack --experts cb3)
 #pragma once
 
 #include <cstdint>
@@ -70,7 +74,7 @@ struct TensorSpec {
 // layers, the final norm, and lm_head unless tie_word_embeddings.
 std::vector<TensorSpec> qwen3_moe_core_tensors(const Qwen3MoeConfig& c);
 
-enum class ExpertLayout { Stacked, PerExpert, PerExpertMxfp4 };
+enum class ExpertLayout { Stacked, PerExpert, PerExpertMxfp4, PerExpertCb3 };
 
 // Where one expert's three projections live and how they are encoded.
 struct ExpertTensors {
@@ -78,7 +82,7 @@ struct ExpertTensors {
   // For Stacked: names of the stacked tensors; `index` selects the expert.
   // For PerExpert*: names of the per-expert tensors.
   std::string gate, up, down;                    // weights (Stacked: gate==up: gate_up_proj)
-  std::string gate_scale, up_scale, down_scale;  // MXFP4 only
+  std::string gate_scale, up_scale, down_scale;  // MXFP4 scales; CB3 codebooks
   int64_t index = 0;
 };
 

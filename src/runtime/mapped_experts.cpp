@@ -27,6 +27,11 @@ ExpertView map_expert(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t l
       v.up = runtime::mxfp4_view(ck, t.up, t.up_scale, in, h);
       v.down = runtime::mxfp4_view(ck, t.down, t.down_scale, h, in);
       break;
+    case ExpertLayout::PerExpertCb3:  // *_scale name the codebooks
+      v.gate = runtime::cb3_view(ck, t.gate, t.gate_scale, in, h);
+      v.up = runtime::cb3_view(ck, t.up, t.up_scale, in, h);
+      v.down = runtime::cb3_view(ck, t.down, t.down_scale, h, in);
+      break;
   }
   return v;
 }

@@ -1,8 +1,8 @@
 // MappedExperts: the ExpertProvider for a checkpoint that fits in memory.
 // Every expert of every MoE layer is a view into the Checkpoint's mmap, for
 // all three layouts (model/qwen3_moe.h): stacked f32/bf16 (gate/up are the
-// first/second I rows of gate_up_proj[e]), per-expert f32/bf16 and
-// per-expert MXFP4. All views are built and validated (dtype, shape, bytes)
+// first/second I rows of gate_up_proj[e]), per-expert f32/bf16,
+// per-expert MXFP4 and per-expert CB3. All views are built and validated (dtype, shape, bytes)
 // at construction, so acquire() only copies views.
 //
 // Protocol: as ExpertProvider (one caller thread). Views stay valid for the

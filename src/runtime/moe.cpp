@@ -62,7 +62,7 @@ void Qwen3MoeModel::moe(int64_t layer, const float* xn, std::span<const int32_t>
   const Phase phase = n > 1 ? Phase::Prefill : Phase::Decode;
   const Routing r =
       route(layers_[size_t(layer)].router, xn, n, c.num_experts_per_tok, c.norm_topk_prob);
-  if (opt.observer && *opt.observer) (*opt.observer)({layer, start_pos, phase, &r, tokens});
+  if (opt.observer && *opt.observer) (*opt.observer)({layer, start_pos, phase, &r, tokens, xn});
 
   const ExpertGroups g = group_by_expert(r);
   std::fill(out, out + n * h, 0.0f);

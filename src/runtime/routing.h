@@ -33,6 +33,9 @@ struct RoutingEvent {
   Phase phase = Phase::Decode;
   const Routing* routing = nullptr;
   std::span<const int32_t> tokens;  // [n_tokens] the chunk's input token ids
+  // [n_tokens, hidden] the post-attention-norm hidden states: the router's and
+  // the experts' input (moetier repack --calib collects its statistics here).
+  const float* hidden = nullptr;
 };
 using RoutingObserver = std::function<void(const RoutingEvent&)>;
 

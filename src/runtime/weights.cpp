@@ -92,6 +92,21 @@ MatView mxfp4_view(const Checkpoint& ck, std::string_view weight, std::string_vi
   return m;
 }
 
+MatView cb3_view(const Checkpoint& ck, std::string_view weight, std::string_view codebook,
+                 int64_t rows, int64_t cols) {
+  const TensorInfo& w = ck.get(weight);
+  const TensorInfo& cb = ck.get(codebook);
+  check(w.dtype == DType::U8, "{}: dtype {}, expected U8 (cb3 packed 3-bit codes)",
+        tensor_where(ck, w), dtype_name(w.dtype));
+  check(cb.dtype == DType::F16, "{}: dtype {}, expected F16 (cb3 codebook)", tensor_where(ck, cb),
+        dtype_name(cb.dtype));
+  check_shape(ck, w, {rows, (3 * cols + 7) / 8});
+  check_shape(ck, cb, {rows, 8});
+  MatView m{WeightEncoding::CB3, rows, cols, checked_bytes(ck, w), nullptr};
+  m.scales = reinterpret_cast<const uint8_t*>(checked_bytes(ck, cb));
+  return m;
+}
+
 MatView stacked_view(const Checkpoint& ck, std::string_view name, int64_t num_experts,
                      int64_t index, int64_t total_rows, int64_t row0, int64_t rows, int64_t cols) {
   const TensorInfo& t = ck.get(name);

@@ -27,6 +27,11 @@ std::vector<float> vector_f32(const Checkpoint& ck, std::string_view name, int64
 MatView mxfp4_view(const Checkpoint& ck, std::string_view weight, std::string_view scale,
                    int64_t rows, int64_t cols);
 
+// CB3 pair: weight U8 [rows, ceil(cols*3/8)] (packed 3-bit codes) and
+// codebook F16 [rows, 8] (kernels/cb3.h).
+MatView cb3_view(const Checkpoint& ck, std::string_view weight, std::string_view codebook,
+                 int64_t rows, int64_t cols);
+
 // Rows [row0, row0 + rows) x cols of expert `index` in a stacked f32/bf16
 // tensor [E, total_rows, cols].
 MatView stacked_view(const Checkpoint& ck, std::string_view name, int64_t num_experts,

@@ -19,7 +19,8 @@ namespace moetier::cpu {
 void set_threads(int n);
 int threads();
 
-// Y [n, rows] = X [n, cols] W^T for W in f32, bf16 or mxfp4. Parallel over
+// Y [n, rows] = X [n, cols] W^T for W in f32, bf16, mxfp4 or cb3 (cb3 runs
+// in kernels/cpu/cb3.cpp). Parallel over
 // tiles of rows; W is decoded to f32 in registers (n small) or once per row
 // tile into a per-thread scratch (n large). y must not alias x.
 void matmul(const MatView& w, const float* x, int64_t n, float* y);

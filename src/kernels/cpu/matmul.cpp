@@ -1,4 +1,5 @@
-// Y [n, rows] = X [n, cols] W^T for f32, bf16 and mxfp4 weights.
+// Y [n, rows] = X [n, cols] W^T for f32, bf16 and mxfp4 weights (cb3:
+// kernels/cpu/cb3.cpp).
 //
 // Work split: rows are cut into blocks of kBlock; OpenMP threads take blocks.
 // n <= kDirectMax: each row is decoded in registers inside the dot product.
@@ -13,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/cb3.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/mxfp4_dot.h"
 #include "kernels/cpu/simd.h"
@@ -126,12 +128,14 @@ void set_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); 
 int threads() { return omp_get_max_threads(); }
 
 void get_row(const MatView& w, int64_t r, float* out) {
+  if (w.enc == WeightEncoding::CB3) return get_row_cb3(w, r, out);  // kernels/cpu/cb3.cpp
   kernels::check_matview(w, "cpu::get_row");
   check(r >= 0 && r < w.rows, "cpu::get_row: row {} outside [0, {})", r, w.rows);
   decode_row(w, r, out);
 }
 
 void matmul(const MatView& w, const float* x, int64_t n, float* y) {
+  if (w.enc == WeightEncoding::CB3) return matmul_cb3(w, x, n, y);  // kernels/cpu/cb3.cpp
   kernels::check_matview(w, "cpu::matmul");
   if (n <= 0) return;
   const int64_t blocks = (w.rows + kBlock - 1) / kBlock;

@@ -1,4 +1,5 @@
 #include "core/dtype.h"
+#include "kernels/cb3.h"
 #include "kernels/matview.h"
 #include "kernels/ref/ref.h"
 
@@ -16,8 +17,12 @@ float weight_at(const MatView& w, int64_t r, int64_t c) {
       uint8_t code = (c % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
       return e2m1_to_f32(code) * e8m0_to_f32(w.scales[r * (w.cols / 32) + c / 32]);
     }
-    case WeightEncoding::CB3:
-      break;
+    case WeightEncoding::CB3: {
+      // docs/formats.md "cb3 experts": code of column c = bits 3c..3c+2 of the row.
+      if (!w.scales) break;
+      const auto* d = static_cast<const uint8_t*>(w.data) + r * kernels::cb3_row_bytes(w.cols);
+      return f16_to_f32(kernels::cb3_centroid_bits(w.scales, r, kernels::cb3_code(d, c)));
+    }
   }
   kernels::check_matview(w, "ref::weight_at");
   return 0.0f;

@@ -13,7 +13,8 @@
 
 namespace moetier::ref {
 
-// Element (r, c) of w decoded to f32 (MXFP4: e2m1 code * e8m0 block scale).
+// Element (r, c) of w decoded to f32 (MXFP4: e2m1 code * e8m0 block scale;
+// CB3: the row's f16 centroid that the 3-bit code selects).
 float weight_at(const MatView& w, int64_t r, int64_t c);
 
 // y [rows] = W x, x [cols]. Double accumulation.

@@ -1,0 +1,112 @@
+// Helpers shared by the prune and repack tests: fixture paths, running the
+// model, the CLI in a subprocess, and checks that no output or temporary
+// directory was left behind. Header-only.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "qwen3_fixture.h"
+#include "runtime/kv_cache.h"
+#include "runtime/mapped_experts.h"
+#include "runtime/model.h"
+
+namespace moetier::testing {
+
+inline fs::path golden(const std::string& name) {
+  return fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures" / name;
+}
+inline fs::path tiny_model() { return fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny"; }
+
+inline std::vector<int32_t> random_tokens(int64_t vocab, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(n);
+  for (auto& t : p) t = int32_t(rng() % uint64_t(vocab));
+  return p;
+}
+
+// Logits [n, vocab] of one prefill chunk with every expert mapped; optional
+// observer (e.g. to record routing).
+inline std::vector<float> prefill_logits(const fs::path& dir, const std::vector<int32_t>& tokens,
+                                         const RoutingObserver* obs = nullptr) {
+  auto ck = Checkpoint::open(dir);
+  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
+  MappedExperts experts(*ck, model.config());
+  KvCache kv = KvCache::for_model(model.config(), int64_t(tokens.size()));
+  ForwardOptions o;
+  o.all_logits = true;
+  o.observer = obs;
+  return model.forward(tokens, 0, kv, experts, o);
+}
+
+// max |a - b| / max |b|; inf on NaN or size mismatch.
+inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || b.empty()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    num = std::max(num, std::fabs(double(a[i]) - b[i]));
+    den = std::max(den, std::fabs(double(b[i])));
+  }
+  return num / den;
+}
+
+// sqrt(sum (a - b)^2 / sum b^2); inf on NaN or size mismatch.
+inline double rms_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || b.empty()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+struct CliResult {
+  int status = -1;  // exit status, or -1 when killed by a signal
+  int signal = 0;   // the signal that killed it
+  std::string out, err;
+};
+
+// Runs `MOETIER_BIN args` through the shell (env: "VAR=value " prefix).
+inline CliResult run_cli(const std::string& args, const fs::path& tmp,
+                         const std::string& env = "") {
+  const fs::path o = tmp / "cli.out", e = tmp / "cli.err";
+  const std::string cmd = env + "exec " + std::string(MOETIER_BIN) + " " + args + " >" +
+                          o.string() + " 2>" + e.string();
+  const int st = std::system(cmd.c_str());
+  CliResult r;
+  if (WIFEXITED(st)) r.status = WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
+  if (r.status > 128) r.signal = r.status - 128, r.status = -1;  // the shell reported the signal
+  r.out = read_file(o);
+  r.err = read_file(e);
+  return r;
+}
+
+inline int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+// Entries of `parent` whose name is `name` or starts with `name` + ".tmp".
+inline std::vector<std::string> leftovers(const fs::path& parent, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(parent)) {
+    const std::string n = e.path().filename().string();
+    if (n == name || n.starts_with(name + ".tmp")) out.push_back(n);
+  }
+  return out;
+}
+
+inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
+
+}  // namespace moetier::testing
