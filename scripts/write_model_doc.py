@@ -158,6 +158,30 @@ def samples_section(r):
     return "\n".join(out)
 
 
+# A hand-written section of the existing page that a rewrite keeps (its figures come from
+# running `moetier eval`, not from reference_eval.json): from its heading to the next "## ".
+# It is kept only while it names the sha256 of the current model.safetensors; for a new
+# model it is dropped (rerun the command it shows and paste the new table).
+MOETIER_VS_REF = "## moetier versus the PyTorch reference"
+
+
+def kept_section(path, heading, model_sha256):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return []
+    start = text.find("\n" + heading + "\n")
+    if start < 0:
+        return []
+    end = text.find("\n## ", start + 1 + len(heading))
+    section = text[start + 1:end + 1 if end >= 0 else len(text)].rstrip() + "\n"
+    if model_sha256 not in section:
+        print("dropped the section %r: measured on another model.safetensors" % heading)
+        return []
+    return [section]
+
+
 def write_doc(r, manifest, path):
     w = r["eval_windows"]
     parts = [
@@ -185,6 +209,7 @@ def write_doc(r, manifest, path):
         "Reference: %s." % r["reference"], "",
         "Windows: %s. %d windows per domain." % (w["rule"], w["windows"]), "",
         quality_table(r), "",
+        *kept_section(path, MOETIER_VS_REF, r["size"]["files"]["model.safetensors"]["sha256"]),
         "## Expert locality", "", locality_table(r), "",
         "## Greedy samples (float32 reference)", "", samples_section(r),
     ]

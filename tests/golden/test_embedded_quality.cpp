@@ -14,11 +14,15 @@
 //    Both sides are float32 forward passes of the same weights; they differ in
 //    summation order only (blocked dots here, cuBLAS GEMMs there), which moves
 //    logits by ~1e-6 relative (tests/golden/test_golden_qwen3.cpp) and can flip
-//    a router's top-8 choice or a top-1 at a near-tie. Measured on the first
-//    64 windows of each corpus (docs/embedded-model.md, "moetier versus the
-//    PyTorch reference"): worst per-window NLL relative difference 1.6e-6,
-//    worst top-1 count difference 1. The bounds below leave margin above
-//    that and still catch a real error: a wrong op moves NLL by percents.
+//    a router's top-8 choice or a top-1 at a near-tie. Measured with `moetier
+//    eval` on all 64 + 64 reference windows (docs/embedded-model.md, "moetier
+//    versus the PyTorch reference"): per-window NLL relative difference
+//    <= 1.9e-7 in 127 windows and 2.1e-5 in one (prose window 30: 0.036 nats
+//    of 1664, consistent with one token routed differently at a near-tie); top-1 counts equal in
+//    all 128 windows. The NLL bound is 5x that worst window (the first windows measure ~1e-7, but
+//    another CPU or thread count changes the summation order and may flip a near-tie here too); the
+//    top-1 slack allows a flip to move one or two argmaxes. A real error (a wrong op, scale or
+//    expert) moves NLL by percents.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,9 +45,9 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int64_t kWindows = 2;            // per corpus: CI has 2 slow cores
-constexpr double kNllRelTolerance = 1e-4;  // measured worst: see the top of this file
-constexpr int64_t kTop1Slack = 2;          // measured worst: see the top of this file
+constexpr int64_t kWindows = 3;            // per corpus: ~3-7 s a window on 2 cores
+constexpr double kNllRelTolerance = 1e-4;  // measured worst 2.1e-5: see above
+constexpr int64_t kTop1Slack = 2;          // measured worst 0: see above
 
 fs::path root() { return fs::path(MOETIER_SOURCE_DIR); }
 fs::path model_dir() { return root() / "models/moetier-tiny"; }
