@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include "core/error.h"
 #include "experts/trace.h"
@@ -130,6 +131,35 @@ void from_trace(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage& u) {
   }
 }
 
+// The ranking text of moetier trace: "LAYER EXPERT USES" per line, '#' comments.
+bool from_ranking_text(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage& u) {
+  std::ifstream in(p);
+  std::string line;
+  int64_t lineno = 0, entries = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    std::istringstream ss(line);
+    int64_t l = -1, e = -1;
+    double uses = -1;
+    std::string rest;
+    if (!(ss >> l >> e >> uses) || (ss >> rest)) {
+      if (entries == 0) return false;  // not a ranking file at all
+      fail("{}: line {}: expected 'LAYER EXPERT USES'", p.string(), lineno);
+    }
+    check(l >= 0 && l < cfg.num_hidden_layers && cfg.is_moe_layer(l) && e >= 0 &&
+              e < cfg.num_experts && std::isfinite(uses) && uses >= 0,
+          "{}: line {}: layer {} expert {} uses {} is not in the model ({} layers of {} experts)",
+          p.string(), lineno, l, e, uses, cfg.num_hidden_layers, cfg.num_experts);
+    auto& c = u.counts[size_t(l)];
+    c.resize(size_t(cfg.num_experts), 0.0);
+    c[size_t(e)] += uses;
+    ++entries;
+  }
+  return entries > 0;
+}
+
 }  // namespace
 
 ExpertUsage read_expert_usage(const fs::path& trace, const Qwen3MoeConfig& cfg) {
@@ -149,9 +179,11 @@ ExpertUsage read_expert_usage(const fs::path& trace, const Qwen3MoeConfig& cfg) 
   } else if (looks_like_trace(trace)) {
     u.source = trace.string();
     from_trace(trace, cfg, u);
-  } else {
-    fail("{}: neither a trace (MOETRACE) with its .json summary nor a JSON ranking file",
-         trace.string());
+  } else if (u.source = trace.string(); !from_ranking_text(trace, cfg, u)) {
+    fail(
+        "{}: neither a trace (MOETRACE) with its .json summary, a JSON use-count file, nor a "
+        "ranking 'LAYER EXPERT USES'",
+        trace.string());
   }
   for (int64_t l : moe_layers(cfg))
     check(!u.counts[size_t(l)].empty(), "{}: no use counts for MoE layer {}", u.source, l);

@@ -3,8 +3,10 @@
 //      (TRACE.json: "layers": [{"layer": L, "uses": [count per expert]}, ...],
 //      docs/trace-and-simulate.md) — given TRACE or TRACE.json;
 //   2. a binary trace without its summary (counted with experts/trace.h);
-//   3. a plain ranking file {"layers": [[count per expert], ...]}: one list per
-//      layer of the model (dense layers: []) or one per MoE layer, in order.
+//   3. a plain use-count file {"layers": [[count per expert], ...]}: one list
+//      per layer of the model (dense layers: []) or one per MoE layer, in order;
+//   4. a ranking text (TRACE.ranking): "LAYER EXPERT USES" per line, '#'
+//      comments; experts not listed count 0.
 // Counts are non-negative numbers (token-level selections in a trace).
 #pragma once
 

@@ -177,6 +177,15 @@ TEST(Prune, MostUsedExpertsAndCountFiles) {
   const ExpertUsage u = read_expert_usage(tmp / "t.trace", c);
   EXPECT_EQ(u.source, (tmp / "t.trace.json").string());
   EXPECT_EQ(most_used_experts(u, c, 4)[0], (std::vector<int32_t>{0, 3, 5, 11}));
+  // The ranking text of moetier trace (unlisted experts count 0).
+  std::string ranking = "# LAYER EXPERT USES\n";
+  for (int e = 0; e < 16; ++e)
+    ranking += fmt::format("0 {} {}\n2 {} {}\n", e, l0[size_t(e)], e, l2[size_t(e)]);
+  write_file(tmp / "t.ranking", ranking + "\n");
+  EXPECT_EQ(most_used_experts(read_expert_usage(tmp / "t.ranking", c), c, 4)[2],
+            (std::vector<int32_t>{0, 1, 2, 3}));
+  write_file(tmp / "bad.ranking", ranking + "1 0 5\n");  // layer 1 is dense
+  EXPECT_THROW(read_expert_usage(tmp / "bad.ranking", c), Error);
   // Bad files: one-line errors naming the file.
   auto bad = [&](const std::string& text) {
     write_file(tmp / "bad.json", text);

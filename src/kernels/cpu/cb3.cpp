@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
@@ -68,10 +69,19 @@ namespace {
 
 #define MOETIER_CB3_TARGET __attribute__((target("avx2,fma,f16c")))
 
-// The 8 codes of group g as int32 lanes.
+// The 8 codes of group g as int32 lanes. `wide`: the row has a byte after the
+// group, so 4 bytes are loaded straight into a broadcast (a load-port op; the
+// extra byte lands in bits 24..31, which no code uses), leaving the shuffle
+// port to the vpermps.
+template <bool wide>
 MOETIER_CB3_TARGET inline __m256i group_codes(const uint8_t* codes, int64_t g) {
   const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
-  const __m256i v = _mm256_set1_epi32(int(cb3_group(codes, g)));
+  int32_t bits;
+  if constexpr (wide)
+    std::memcpy(&bits, codes + 3 * g, 4);
+  else
+    bits = int32_t(cb3_group(codes, g));
+  const __m256i v = _mm256_set1_epi32(bits);
   return _mm256_and_si256(_mm256_srlv_epi32(v, sh), _mm256_set1_epi32(7));
 }
 
@@ -80,15 +90,17 @@ MOETIER_CB3_TARGET float dot_cb3_avx2(const uint8_t* codes, const uint8_t* codeb
   const __m256 lut = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook)));
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   const int64_t groups = cols / 8;
+  // Groups followed by another byte of the row take the wide load.
+  const int64_t wide = cols % 8 ? groups : groups - 1;
   int64_t g = 0;
-  for (; g + 2 <= groups; g += 2) {
-    a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(lut, group_codes(codes, g)),
+  for (; g + 2 <= wide; g += 2) {
+    a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(lut, group_codes<true>(codes, g)),
                          _mm256_loadu_ps(x + 8 * g), a0);
-    a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(lut, group_codes(codes, g + 1)),
+    a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(lut, group_codes<true>(codes, g + 1)),
                          _mm256_loadu_ps(x + 8 * g + 8), a1);
   }
-  if (g < groups)
-    a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(lut, group_codes(codes, g)),
+  for (; g < groups; ++g)
+    a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(lut, group_codes<false>(codes, g)),
                          _mm256_loadu_ps(x + 8 * g), a0);
   a0 = _mm256_add_ps(a0, a1);
   __m128 r = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
@@ -107,8 +119,12 @@ MOETIER_CB3_TARGET void decode_cb3_avx2(const uint8_t* codes, const uint8_t* cod
                                         float* out) {
   const __m256 lut = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codebook)));
   const int64_t groups = cols / 8;
-  for (int64_t g = 0; g < groups; ++g)
-    _mm256_storeu_ps(out + 8 * g, _mm256_permutevar8x32_ps(lut, group_codes(codes, g)));
+  const int64_t wide = cols % 8 ? groups : groups - 1;
+  int64_t g = 0;
+  for (; g < wide; ++g)
+    _mm256_storeu_ps(out + 8 * g, _mm256_permutevar8x32_ps(lut, group_codes<true>(codes, g)));
+  for (; g < groups; ++g)
+    _mm256_storeu_ps(out + 8 * g, _mm256_permutevar8x32_ps(lut, group_codes<false>(codes, g)));
   if (groups * 8 < cols) {
     alignas(32) float l[8];
     _mm256_store_ps(l, lut);
