@@ -45,7 +45,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int64_t kWindows = 3;            // per corpus: ~3-7 s a window on 2 cores
+constexpr int64_t kWindows = 3;            // per corpus; measured 1-7 s a window on 2 shared cores
 constexpr double kNllRelTolerance = 1e-4;  // measured worst 2.1e-5: see above
 constexpr int64_t kTop1Slack = 2;          // measured worst 0: see above
 
