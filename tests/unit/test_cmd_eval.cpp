@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "format/safetensors.h"
+#include "cli_runner.h"
 #include "format/tokenizer.h"
 #include "runtime/eval.h"
 #include "runtime/mapped_experts.h"
@@ -28,17 +29,9 @@ using nlohmann::json;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using Result = moetier::testutil::CliResult;
+using moetier::testutil::run_cli;
+using moetier::testutil::slurp;
 
 class CmdEval : public ::testing::Test {
  protected:
@@ -51,12 +44,7 @@ class CmdEval : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Result run(const std::string& args) {
-    const std::string cmd = std::string(MOETIER_BIN) + " eval " + args + " >" +
-                            (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir_ / "out"), slurp(dir_ / "err")};
-  }
+  Result run(const std::string& args) { return run_cli("eval " + args); }
 
   // Random words (letters, digits, punctuation, newlines): a corpus file.
   fs::path corpus(const std::string& name, int words, unsigned seed) {

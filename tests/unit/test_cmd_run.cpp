@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli_runner.h"
 #include "format/safetensors.h"
 #include "format/tokenizer.h"
 #include "runtime/generate.h"
@@ -20,36 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-Result run_cli(const std::string& args) {
-  static int counter = 0;
-  fs::path dir = fs::temp_directory_path() / ("moetier_test_cmd_run_" + std::to_string(::getpid()) +
-                                              "_" + std::to_string(counter++));
-  fs::create_directories(dir);
-  std::string cmd = std::string(MOETIER_BIN) + " " + args + " >" + (dir / "out").string() + " 2>" +
-                    (dir / "err").string();
-  int status = std::system(cmd.c_str());
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
-  fs::remove_all(dir);
-  return r;
-}
+using Result = moetier::testutil::CliResult;
+using moetier::testutil::run_cli;
+using moetier::testutil::slurp;
+using moetier::testutil::quote;
 
 fs::path fixture(const char* name) {
   return fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures" / name;

@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include "cli_runner.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,17 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using Result = moetier::testutil::CliResult;
+using moetier::testutil::run_cli;
+using moetier::testutil::slurp;
 
 fs::path scratch() {
   static int n = 0;
@@ -34,16 +28,6 @@ fs::path scratch() {
                ("moetier_expert_cli_" + std::to_string(getpid()) + "_" + std::to_string(n++));
   fs::create_directories(d);
   return d;
-}
-
-Result run_cli(const std::string& args, const std::string& env = "") {
-  fs::path dir = scratch();
-  std::string cmd = env + " " + MOETIER_BIN + " " + args + " >" + (dir / "out").string() + " 2>" +
-                    (dir / "err").string();
-  int status = std::system(cmd.c_str());
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
-  fs::remove_all(dir);
-  return r;
 }
 
 std::string fixture(const char* name) {
