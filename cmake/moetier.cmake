@@ -1,6 +1,8 @@
 # moetier_module(NAME DEPS dep...): one static library per module from the
 # sources in src/NAME (recursively, excluding *.cu unless CUDA is on).
 function(moetier_warnings target)
+  # `#pragma omp simd` is a vectorization hint only (no OpenMP runtime).
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fopenmp-simd>)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter>)
   # GCC 12 at -O3 reports -Wrestrict false positives inside std::string

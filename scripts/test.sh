@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# Builds moetier and runs every test (CUDA tests skip without a GPU).
+# Builds moetier and runs every test (CUDA tests skip without a GPU), three
+# times: with the default thread count and kernel path, with one thread, and
+# with two threads on the portable kernel path (MOETIER_CPU_KERNELS), so the
+# suite holds on any x86-64 machine whatever its vector units and core count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh --with-npm
 bash scripts/fetch_tokenizers.sh
 bash scripts/build.sh
-cd build && ctest --output-on-failure -j"$(nproc)" --timeout 900
+cd build
+run() {
+  echo "=== ctest with $*"
+  env "$@" ctest --output-on-failure -j"$(nproc)" --timeout 900
+}
+run MOETIER_CPU_KERNELS=auto
+run MOETIER_THREADS=1 MOETIER_CPU_KERNELS=auto
+run MOETIER_THREADS=2 MOETIER_CPU_KERNELS=portable

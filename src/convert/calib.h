@@ -14,7 +14,7 @@
 // Experts that no calibration token reached fall back to the layer's mean
 // xn^2 over all tokens (gate/up) and to unit weights (down).
 //
-// Not thread-safe; the forward passes run single-sequence, kernels use OpenMP.
+// Not thread-safe; the forward passes run single-sequence, kernels use the thread pool.
 #pragma once
 
 #include <cstdint>

@@ -1,14 +1,14 @@
 #include "convert/cb3_fit.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <vector>
 
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "kernels/cb3.h"
 
 namespace moetier {
@@ -107,15 +107,19 @@ void cb3_fit_row(const float* x, const float* w, int64_t cols, int iterations, u
 Cb3Error cb3_encode_matrix(const float* w, int64_t rows, int64_t cols, const float* col_w,
                            int iterations, uint8_t* codes, uint8_t* codebook) {
   const int64_t rb = kernels::cb3_row_bytes(cols);
-  double err = 0, energy = 0;
-  // Small matrices run on one thread: a parallel region costs more than it saves.
-  const bool parallel = rows > 1 && rows * cols >= kParallelMin;
-#pragma omp parallel if (parallel) reduction(+ : err, energy)
-  {
-    Cb3Scratch s;
-    std::vector<uint8_t> unpacked(static_cast<size_t>(cols));
-#pragma omp for schedule(dynamic, 8)
-    for (int64_t r = 0; r < rows; ++r) {
+  // Small matrices run on one thread: a parallel run costs more than it saves.
+  constexpr int64_t kGrain = 8;
+  const int64_t grain = rows > 1 && rows * cols >= kParallelMin ? kGrain : rows;
+  // Per-chunk sums, added in chunk order: the result is the same for any
+  // thread count.
+  const int64_t chunks = (rows + grain - 1) / grain;
+  std::vector<Cb3Error> part(static_cast<size_t>(chunks));
+  global_pool().parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    thread_local Cb3Scratch s;
+    thread_local std::vector<uint8_t> unpacked;
+    unpacked.resize(static_cast<size_t>(cols));
+    Cb3Error& e = part[size_t(r0 / grain)];
+    for (int64_t r = r0; r < r1; ++r) {
       const float* x = w + r * cols;
       uint16_t bits[K];
       cb3_fit_row(x, col_w, cols, iterations, bits, unpacked.data(), s);
@@ -124,11 +128,13 @@ Cb3Error cb3_encode_matrix(const float* w, int64_t rows, int64_t cols, const flo
       for (int64_t c = 0; c < cols; ++c) {
         const double wc = col_w ? double(col_w[c]) : 1.0;
         const double d = double(x[c]) - double(f16_to_f32(bits[unpacked[size_t(c)]]));
-        err += wc * d * d;
-        energy += wc * double(x[c]) * double(x[c]);
+        e.err += wc * d * d;
+        e.energy += wc * double(x[c]) * double(x[c]);
       }
     }
-  }
+  });
+  double err = 0, energy = 0;
+  for (const Cb3Error& e : part) err += e.err, energy += e.energy;
   return {err, energy};
 }
 

@@ -41,7 +41,7 @@ struct Cb3Error {
 
 // Encodes a finite f32 matrix w [rows, cols] into codes [rows,
 // cb3_row_bytes(cols)] and codebook [rows, 8] f16 (as bytes, little-endian),
-// with column weights col_w [cols] (null: all 1). Parallel over rows (OpenMP)
+// with column weights col_w [cols] (null: all 1). Parallel over rows (thread pool)
 // for matrices of at least 2^16 elements;
 // the result does not depend on the thread count.
 Cb3Error cb3_encode_matrix(const float* w, int64_t rows, int64_t cols, const float* col_w,

@@ -11,6 +11,7 @@
 
 #include "convert/cb3_fit.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "format/safetensors.h"
 #include "kernels/cb3.h"
 #include "kernels/cpu/cpu.h"
@@ -58,8 +59,10 @@ struct Repacker {
   // Row-wise decode of a source matrix to f32; throws on NaN/Inf.
   void decode(const MatView& m, const std::string& name) {
     dense.resize(size_t(m.rows * m.cols));
-#pragma omp parallel for schedule(static) if (m.rows * m.cols >= (int64_t(1) << 18))
-    for (int64_t r = 0; r < m.rows; ++r) cpu::get_row(m, r, dense.data() + r * m.cols);
+    const int64_t grain = m.rows * m.cols >= (int64_t(1) << 18) ? 16 : m.rows;
+    global_pool().parallel_for(m.rows, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) cpu::get_row(m, r, dense.data() + r * m.cols);
+    });
     const auto bad =
         std::find_if(dense.begin(), dense.end(), [](float v) { return !std::isfinite(v); });
     check(bad == dense.end(), "{}: tensor '{}': element {} is not finite; cannot fit a codebook",

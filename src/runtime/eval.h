@@ -21,7 +21,7 @@
 // formula on y_w = y_B,w - y_A,w. W < 2 gives NaN.
 //
 // Thread-safety: the functions hold no state; one call drives one provider
-// from one thread (the kernels use OpenMP inside).
+// from one thread (the kernels use the thread pool inside).
 #pragma once
 
 #include <cstdint>

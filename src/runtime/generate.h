@@ -1,6 +1,6 @@
 // The generation loop: prefill the prompt in one chunk, then decode one token
 // at a time, sampling each next token; stop at end-of-sequence or after
-// max_new_tokens. Single-threaded driver (kernels use OpenMP inside).
+// max_new_tokens. Single-threaded driver (kernels use the thread pool inside).
 #pragma once
 
 #include <cstdint>

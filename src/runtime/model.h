@@ -8,7 +8,7 @@
 //
 // Thread-safety: the model is immutable after load(); forward() may run for
 // different sequences (KvCache, ExpertProvider) from different threads, each
-// call using OpenMP inside its kernels.
+// call using the thread pool inside its kernels.
 #pragma once
 
 #include <cstdint>

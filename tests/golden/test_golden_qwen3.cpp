@@ -28,6 +28,9 @@
 #include "runtime/generate.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
+#include "unit/numeric.h"
+
+using namespace moetier::testing;
 
 using namespace moetier;
 namespace fs = std::filesystem;
@@ -88,18 +91,6 @@ std::vector<float> as_f32(const RefTensor& t) {
   std::vector<float> v(t.bytes.size() / 4);
   std::memcpy(v.data(), t.bytes.data(), v.size() * 4);
   return v;
-}
-
-// max |a - b| / max |b|; +inf on NaN or size mismatch.
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size() || b.empty()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return den > 0 ? num / den : INFINITY;
 }
 
 struct Fixture {

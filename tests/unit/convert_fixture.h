@@ -20,6 +20,10 @@
 #include "runtime/kv_cache.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
+#include "numeric.h"
+
+using moetier::testing::max_rel_diff;
+using moetier::testing::rms_rel_diff;
 
 namespace moetier::testing {
 
@@ -47,30 +51,6 @@ inline std::vector<float> prefill_logits(const fs::path& dir, const std::vector<
   o.all_logits = true;
   o.observer = obs;
   return model.forward(tokens, 0, kv, experts, o);
-}
-
-// max |a - b| / max |b|; inf on NaN or size mismatch.
-inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size() || b.empty()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    num = std::max(num, std::fabs(double(a[i]) - b[i]));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return num / den;
-}
-
-// sqrt(sum (a - b)^2 / sum b^2); inf on NaN or size mismatch.
-inline double rms_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size() || b.empty()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
 }
 
 struct CliResult {

@@ -14,30 +14,16 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
-#include "kernels/cpu/mxfp4_dot.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/matview.h"
 #include "kernels/ref/ref.h"
+#include "numeric.h"
+
+using namespace moetier::testing;
 
 using namespace moetier;
 
 namespace {
-
-double rel_err(const std::vector<float>& out, const std::vector<float>& ref) {
-  if (out.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) return INFINITY;
-    num += (double(out[i]) - ref[i]) * (double(out[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : INFINITY;
-}
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // Owns the bytes behind a MatView of random weights.
 struct RandomMatrix {
@@ -244,25 +230,85 @@ TEST(CpuKernels, GetRowDecodesEveryEncoding) {
   }
 }
 
-// Both mxfp4 row dots (portable and the one chosen for this CPU) against ref,
-// including NaN (scale 0xff) propagation.
-TEST(CpuKernels, Mxfp4RowDotsMatchReference) {
-  std::mt19937 rng(29);
-  for (int64_t cols : {32, 96, 2048}) {
-    RandomMatrix w(WeightEncoding::MXFP4, 7, cols, rng);
-    auto x = randn(size_t(cols), rng);
-    std::vector<float> ref(7), port(7), best(7);
-    ref::matvec(w.view, x.data(), ref.data());
-    for (int64_t r = 0; r < 7; ++r) {
-      const uint8_t* d = w.codes.data() + r * cols / 2;
-      const uint8_t* s = w.scales.data() + r * cols / 32;
-      port[size_t(r)] = cpu::detail::dot_mxfp4_portable(d, s, x.data(), cols);
-      best[size_t(r)] = cpu::detail::best_mxfp4_dot()(d, s, x.data(), cols);
+// The kernel paths this CPU can run (portable always; avx2 when present).
+std::vector<cpu::KernelPath> paths() {
+  std::vector<cpu::KernelPath> p{cpu::KernelPath::Portable};
+  if (cpu::cpu_has_avx2()) p.push_back(cpu::KernelPath::Avx2);
+  return p;
+}
+
+// Restores the kernel path and thread count a test changed.
+struct PathGuard {
+  cpu::KernelPath path = cpu::kernel_path();
+  int threads = cpu::threads();
+  ~PathGuard() {
+    cpu::set_kernel_path(path);
+    cpu::set_threads(threads);
+  }
+};
+
+// Batch invariance (kernels/cpu/tile.h): on every path and thread count, a
+// token's row of X W^T is bit-identical whether it is computed alone or with
+// others, and every path matches the reference.
+TEST(CpuKernels, MatmulIsBatchInvariantOnEveryPath) {
+  PathGuard guard;
+  std::mt19937 rng(31);
+  for (auto enc : {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4}) {
+    for (auto [rows, cols] : {std::array<int64_t, 2>{67, 160}, std::array<int64_t, 2>{9, 96},
+                              std::array<int64_t, 2>{130, 512}, std::array<int64_t, 2>{5, 37}}) {
+      if (enc == WeightEncoding::MXFP4 && cols % 32) continue;
+      RandomMatrix w(enc, rows, cols, rng);
+      const int64_t n = 7;
+      auto x = randn(size_t(n * cols), rng);
+      std::vector<float> ref(size_t(n * rows));
+      ref::matmul(w.view, x.data(), n, ref.data());
+      for (cpu::KernelPath p : paths()) {
+        cpu::set_kernel_path(p);
+        for (int threads : {1, 3}) {
+          cpu::set_threads(threads);
+          std::vector<float> all(size_t(n * rows)), one(size_t(n * rows));
+          cpu::matmul(w.view, x.data(), n, all.data());
+          for (int64_t t = 0; t < n; ++t)
+            cpu::matmul(w.view, x.data() + t * cols, 1, one.data() + t * rows);
+          EXPECT_EQ(all, one) << kernels::encoding_name(enc) << " " << rows << "x" << cols << " "
+                              << cpu::kernel_path_name(p) << " threads " << threads;
+          EXPECT_LE(rel_err(all, ref), 1e-5) << cpu::kernel_path_name(p);
+        }
+      }
     }
-    EXPECT_LE(rel_err(port, ref), 1e-5) << cols;
-    EXPECT_LE(rel_err(best, ref), 1e-5) << cols;
-    w.scales[0] = 0xff;  // NaN scale in row 0
-    EXPECT_TRUE(
-        std::isnan(cpu::detail::best_mxfp4_dot()(w.codes.data(), w.scales.data(), x.data(), cols)));
+  }
+}
+
+// The same result at any thread count (each output is one thread's dot).
+TEST(CpuKernels, MatmulDoesNotDependOnThreads) {
+  PathGuard guard;
+  std::mt19937 rng(37);
+  RandomMatrix w(WeightEncoding::BF16, 515, 768, rng);  // above the parallel threshold
+  auto x = randn(size_t(5 * 768), rng);
+  std::vector<float> y1(5 * 515), y4(5 * 515);
+  cpu::set_threads(1);
+  cpu::matmul(w.view, x.data(), 5, y1.data());
+  cpu::set_threads(4);
+  cpu::matmul(w.view, x.data(), 5, y4.data());
+  EXPECT_EQ(y1, y4);
+}
+
+// A NaN block scale (e8m0 0xff) poisons its row on every path, alone or batched.
+TEST(CpuKernels, Mxfp4NanScalePropagatesOnEveryPath) {
+  PathGuard guard;
+  std::mt19937 rng(29);
+  RandomMatrix w(WeightEncoding::MXFP4, 7, 96, rng);
+  w.scales[0] = 0xff;  // row 0, first block
+  auto x = randn(3 * 96, rng);
+  for (cpu::KernelPath p : paths()) {
+    cpu::set_kernel_path(p);
+    for (int64_t n : {1, 3}) {
+      std::vector<float> y(size_t(n * 7));
+      cpu::matmul(w.view, x.data(), n, y.data());
+      for (int64_t t = 0; t < n; ++t) {
+        EXPECT_TRUE(std::isnan(y[size_t(t * 7)])) << cpu::kernel_path_name(p) << " n " << n;
+        EXPECT_TRUE(std::isfinite(y[size_t(t * 7 + 1)]));
+      }
+    }
   }
 }

@@ -5,12 +5,12 @@
 // calibration runs and changes the fit; bad input and failures midway leave
 // no output directory.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cstring>
 
 #include "convert/calib.h"
 #include "convert/repack.h"
+#include "kernels/cpu/cpu.h"
 #include "convert_fixture.h"
 #include "core/error.h"
 #include "experts/index.h"
@@ -165,8 +165,8 @@ TEST(Repack, ArenaEqualsMappedOnCb3) {
 // measured against the plain one on the calibration text itself.
 TEST(Repack, CalibrationWeightsTheFit) {
   TempDir tmp;
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);  // whole-model work: one thread is fastest on a shared machine
+  const int threads = cpu::threads();
+  cpu::set_threads(1);  // whole-model work: one thread is fastest on a shared machine
   const fs::path corpus = fs::path(MOETIER_SOURCE_DIR) / "tests/data/moetier-tiny/eval_prose.txt";
   const RepackReport plain = repack(tiny_model(), tmp / "plain");
   const RepackReport cal = repack(tiny_model(), tmp / "cal", corpus);
@@ -193,7 +193,7 @@ TEST(Repack, CalibrationWeightsTheFit) {
       e_plain, e_cal, max_rel_diff(lp, ref), max_rel_diff(lc, ref), (long long)cal.calib_unrouted);
   EXPECT_LT(e_cal, e_plain);  // in sample, the weighted fit must help
   EXPECT_LT(e_plain, 0.3);
-  omp_set_num_threads(threads);
+  cpu::set_threads(threads);
 }
 
 TEST(Repack, CalibStatsFallbacks) {

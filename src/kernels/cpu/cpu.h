@@ -1,11 +1,13 @@
-// Multi-threaded CPU kernels (OpenMP). Same math as kernels/ref, tested
-// against it by normalized error (tests/unit/test_kernels_cpu.cpp).
+// Multi-threaded CPU kernels. Same math as kernels/ref, tested against it by
+// normalized error (tests/unit/test_kernels_cpu.cpp), on both kernel paths
+// (kernels/cpu/dispatch.h).
 //
-// Threading: every kernel opens its own OpenMP parallel region over
-// independent outputs (rows of W, or (query, head) pairs) and returns when all
-// are written; callers need no synchronization. The thread count is OpenMP's
-// (set_threads / OMP_NUM_THREADS). Kernels are reentrant, but calling them from
-// several threads at once nests parallel regions (serialized by default).
+// Threading: every kernel runs one parallel_for on the global thread pool
+// (core/thread_pool.h) over independent outputs (rows of W, or (query, head)
+// pairs) and returns when all are written; callers need no synchronization.
+// Kernels are reentrant; a kernel called while another thread's kernel holds
+// the pool runs on its caller alone. Every output is a function of its inputs
+// only (never of the thread count or the batch size: kernels/cpu/tile.h).
 #pragma once
 
 #include <cstdint>
@@ -14,15 +16,14 @@
 
 namespace moetier::cpu {
 
-// Sets / reads the number of OpenMP threads the kernels use (n <= 0: the
-// hardware concurrency).
+// Sets / reads the number of threads the kernels use, the caller included
+// (n <= 0: default_threads(), core/thread_pool.h).
 void set_threads(int n);
 int threads();
 
-// Y [n, rows] = X [n, cols] W^T for W in f32, bf16, mxfp4 or cb3 (cb3 runs
-// in kernels/cpu/cb3.cpp). Parallel over
-// tiles of rows; W is decoded to f32 in registers (n small) or once per row
-// tile into a per-thread scratch (n large). y must not alias x.
+// Y [n, rows] = X [n, cols] W^T for W in f32, bf16, mxfp4 or cb3. Parallel
+// over tiles of 4 rows; each output in the canonical order of
+// kernels/cpu/tile.h. y must not alias x.
 void matmul(const MatView& w, const float* x, int64_t n, float* y);
 
 // out [cols] = row r of w decoded to f32 (embedding lookup).

@@ -1,157 +1,180 @@
-// Y [n, rows] = X [n, cols] W^T for f32, bf16 and mxfp4 weights (cb3:
-// kernels/cpu/cb3.cpp).
+// Y [n, rows] = X [n, cols] W^T for f32, bf16, mxfp4 and cb3 weights.
 //
-// Work split: rows are cut into blocks of kBlock; OpenMP threads take blocks.
-// n <= kDirectMax: each row is decoded in registers inside the dot product.
-// Otherwise rows are decoded (f32: copied) four at a time into a per-thread f32 scratch
-// [4, cols] and every token's row of X is dotted against all four at once,
-// so each weight byte is decoded once per call and each X load feeds 4 FMAs.
-#include <omp.h>
-
+// Every output is computed in the canonical order of kernels/cpu/tile.h, so a
+// token's row of Y is bit-identical whatever n is (batch invariance).
+//
+// Work split: rows are cut into tiles of 4; the thread pool (core/thread_pool.h)
+// hands out chunks of kTilesPerChunk tiles. Per tile:
+//   - n == 1 on the AVX2 path (f32, bf16, mxfp4 with cols % 8 == 0): the 4
+//     rows are decoded in registers inside the dot products (decode steps);
+//   - otherwise the 4 rows are decoded exactly to f32 into a per-thread
+//     scratch [4, padded cols] and every token's row of X is dotted against
+//     them, so each weight byte is decoded once per call.
+// Both give the same bits: the same decoded values in the same order.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/cb3.h"
 #include "kernels/cpu/cpu.h"
-#include "kernels/cpu/mxfp4_dot.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/tile.h"
 #include "kernels/matview.h"
 
 namespace moetier::cpu {
 namespace {
 
-constexpr int64_t kBlock = 16;
-constexpr int64_t kDirectMax = 2;
-// Below this many multiply-adds a parallel region costs more than it saves.
-constexpr int64_t kParallelMin = int64_t(1) << 18;
+constexpr int64_t kTilesPerChunk = 4;
+// Below this many multiply-adds a parallel run costs more than it saves.
+constexpr int64_t kParallelMin = int64_t(1) << 17;
 
-inline float dot_f32(const float* w, const float* x, int64_t cols) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t c = 0; c < cols; ++c) acc += w[c] * x[c];
-  return acc;
-}
+// Values of a byte's two e2m1 codes: [low nibble (even column), high nibble].
+struct Mxfp4PairTable {
+  float v[256][2];
+  constexpr Mxfp4PairTable() : v() {
+    constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    for (int b = 0; b < 256; ++b) {
+      v[b][0] = kE2m1[b & 15];
+      v[b][1] = kE2m1[b >> 4];
+    }
+  }
+};
+constexpr Mxfp4PairTable kMxfp4Pairs{};  // constant-initialized, 2 KiB
 
-inline float dot_bf16(const uint16_t* w, const float* x, int64_t cols) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t c = 0; c < cols; ++c) acc += bf16_to_f32(w[c]) * x[c];
-  return acc;
-}
-
-inline float dot_row(const MatView& w, int64_t r, const float* x, detail::Mxfp4Dot mx) {
+// Row r of w decoded exactly to f32 into dst [padded]; columns past cols are 0.
+void decode_row(const MatView& w, int64_t r, float* dst, int64_t padded) {
+  const int64_t cols = w.cols;
+  std::fill(dst + cols, dst + padded, 0.0f);
   switch (w.enc) {
     case WeightEncoding::F32:
-      return dot_f32(static_cast<const float*>(w.data) + r * w.cols, x, w.cols);
-    case WeightEncoding::BF16:
-      return dot_bf16(static_cast<const uint16_t*>(w.data) + r * w.cols, x, w.cols);
-    default:
-      return mx(static_cast<const uint8_t*>(w.data) + r * (w.cols / 2),
-                w.scales + r * (w.cols / 32), x, w.cols);
-  }
-}
-
-// Row r of w decoded to f32 into dst [cols]; returns dst. f32 rows are copied
-// too: the tile then reads one contiguous [4, cols] block, measured 8x faster
-// than reading four rows of the matrix in place (768x2048, n=16, one core).
-inline const float* decode_row(const MatView& w, int64_t r, float* dst) {
-  int64_t cols = w.cols;
-  if (w.enc == WeightEncoding::F32) {
-    std::memcpy(dst, static_cast<const float*>(w.data) + r * cols, size_t(cols) * sizeof(float));
-    return dst;
-  }
-  if (w.enc == WeightEncoding::BF16) {
-    const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * cols;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) dst[c] = bf16_to_f32(src[c]);
-    return dst;
-  }
-  const uint8_t* d = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
-  const uint8_t* s = w.scales + r * (cols / 32);
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    const float sc = e8m0_to_f32(s[b]);
-    float* out = dst + b * 32;
-    for (int j = 0; j < 16; ++j) std::memcpy(out + 2 * j, detail::kMxfp4Pairs.v[d[b * 16 + j]], 8);
-#pragma omp simd
-    for (int j = 0; j < 32; ++j) out[j] *= sc;
-  }
-  return dst;
-}
-
-MOETIER_CLONES void rows_direct(const MatView& w, const float* x, int64_t n, float* y, int64_t r0,
-                                int64_t r1) {
-  const detail::Mxfp4Dot mx = detail::best_mxfp4_dot();
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_row(w, r, x + t * w.cols, mx);
-}
-
-// Four decoded rows w [4, cols] dotted with every row of X. (Two tokens at a
-// time, 8 accumulators, measured 2x slower: register pressure.)
-inline void tile4(const float* w, const float* x, int64_t n, int64_t cols, int64_t rows, int64_t r,
-                  float* y) {
-  const float *w0 = w, *w1 = w + cols, *w2 = w + 2 * cols, *w3 = w + 3 * cols;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xt = x + t * cols;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-    for (int64_t c = 0; c < cols; ++c) {
-      a0 += w0[c] * xt[c];
-      a1 += w1[c] * xt[c];
-      a2 += w2[c] * xt[c];
-      a3 += w3[c] * xt[c];
+      std::memcpy(dst, static_cast<const float*>(w.data) + r * cols, size_t(cols) * sizeof(float));
+      return;
+    case WeightEncoding::BF16: {
+      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) dst[c] = bf16_to_f32(src[c]);
+      return;
     }
-    float* yt = y + t * rows + r;
-    yt[0] = a0, yt[1] = a1, yt[2] = a2, yt[3] = a3;
+    case WeightEncoding::MXFP4: {
+      const uint8_t* d = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+      const uint8_t* s = w.scales + r * (cols / 32);
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const float sc = e8m0_to_f32(s[b]);
+        float* out = dst + b * 32;
+        for (int j = 0; j < 16; ++j) std::memcpy(out + 2 * j, kMxfp4Pairs.v[d[b * 16 + j]], 8);
+        for (int j = 0; j < 32; ++j) out[j] *= sc;
+      }
+      return;
+    }
+    case WeightEncoding::CB3:
+      return detail::decode_cb3_row(w, r, dst);
   }
 }
 
-MOETIER_CLONES void rows_tiled(const MatView& w, const float* x, int64_t n, float* y, int64_t r0,
-                               int64_t r1, float* scratch /* [4, cols] */) {
-  int64_t cols = w.cols;
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    for (int64_t i = 0; i < 4; ++i) decode_row(w, r + i, scratch + i * cols);
-    tile4(scratch, x, n, cols, w.rows, r, y);
+struct Job {
+  const MatView& w;
+  const float* x;  // [n, ld] zero-padded past cols
+  int64_t n, ld, groups;
+  float* y;  // [n, rows]
+  bool avx2, direct;
+};
+
+// Rows of tile r0: r0..r0+3, repeating the last row past the end (its
+// results are dropped), so every tile runs the same 4-row kernel.
+void row_indices(int64_t r0, int64_t rows, int64_t* idx) {
+  for (int i = 0; i < 4; ++i) idx[i] = std::min(r0 + i, rows - 1);
+}
+
+void store(const Job& j, int64_t t, int64_t r0, const float* out) {
+  for (int i = 0; i < 4 && r0 + i < j.w.rows; ++i) j.y[t * j.w.rows + r0 + i] = out[i];
+}
+
+void tile_direct(const Job& j, int64_t r0) {
+  int64_t idx[4];
+  row_indices(r0, j.w.rows, idx);
+  float out[4];
+  const MatView& w = j.w;
+  if (w.enc == WeightEncoding::MXFP4) {
+    const uint8_t *codes[4], *scales[4];
+    for (int i = 0; i < 4; ++i) {
+      codes[i] = static_cast<const uint8_t*>(w.data) + idx[i] * (w.cols / 2);
+      scales[i] = w.scales + idx[i] * (w.cols / 32);
+    }
+    detail::direct4_mxfp4_avx2(codes, scales, j.x, j.groups, out);
+  } else if (w.enc == WeightEncoding::BF16) {
+    const uint16_t* rows[4];
+    for (int i = 0; i < 4; ++i) rows[i] = static_cast<const uint16_t*>(w.data) + idx[i] * w.cols;
+    detail::direct4_bf16_avx2(rows, j.x, j.groups, out);
+  } else {
+    const float* rows[4];
+    for (int i = 0; i < 4; ++i) rows[i] = static_cast<const float*>(w.data) + idx[i] * w.cols;
+    detail::direct4_f32_avx2(rows, j.x, j.groups, out);
   }
-  for (; r < r1; ++r) {
-    const float* wr = decode_row(w, r, scratch);
-    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_f32(wr, x + t * cols, cols);
+  store(j, 0, r0, out);
+}
+
+void tile_scratch(const Job& j, int64_t r0, float* scratch /* [4, ld] */) {
+  int64_t idx[4];
+  row_indices(r0, j.w.rows, idx);
+  for (int i = 0; i < 4; ++i) decode_row(j.w, idx[i], scratch + i * j.ld, j.ld);
+  float out[4];
+  for (int64_t t = 0; t < j.n; ++t) {
+    const float* xt = j.x + t * j.ld;
+    if (j.avx2)
+      detail::tile4_avx2(scratch, j.ld, xt, j.groups, out);
+    else
+      detail::tile4_portable(scratch, j.ld, xt, j.groups, out);
+    store(j, t, r0, out);
   }
+}
+
+void run_tiles(const Job& j, int64_t tile0, int64_t tile1) {
+  if (j.direct) {
+    for (int64_t t = tile0; t < tile1; ++t) tile_direct(j, 4 * t);
+    return;
+  }
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < size_t(4 * j.ld)) scratch.resize(size_t(4 * j.ld));
+  for (int64_t t = tile0; t < tile1; ++t) tile_scratch(j, 4 * t, scratch.data());
 }
 
 }  // namespace
 
-void set_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }
-int threads() { return omp_get_max_threads(); }
+void set_threads(int n) { set_global_threads(n); }
+int threads() { return global_pool().threads(); }
 
 void get_row(const MatView& w, int64_t r, float* out) {
-  if (w.enc == WeightEncoding::CB3) return get_row_cb3(w, r, out);  // kernels/cpu/cb3.cpp
   kernels::check_matview(w, "cpu::get_row");
   check(r >= 0 && r < w.rows, "cpu::get_row: row {} outside [0, {})", r, w.rows);
-  decode_row(w, r, out);
+  thread_local std::vector<float> row;
+  const int64_t padded = (w.cols + 7) / 8 * 8;
+  row.resize(size_t(padded));
+  decode_row(w, r, row.data(), padded);
+  std::copy_n(row.data(), w.cols, out);
 }
 
 void matmul(const MatView& w, const float* x, int64_t n, float* y) {
-  if (w.enc == WeightEncoding::CB3) return matmul_cb3(w, x, n, y);  // kernels/cpu/cb3.cpp
   kernels::check_matview(w, "cpu::matmul");
-  if (n <= 0) return;
-  const int64_t blocks = (w.rows + kBlock - 1) / kBlock;
-  const bool parallel = blocks > 1 && w.rows * w.cols * n >= kParallelMin;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> scratch(n > kDirectMax ? size_t(4 * w.cols) : 0);
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      int64_t r0 = b * kBlock, r1 = std::min(w.rows, r0 + kBlock);
-      if (n <= kDirectMax)
-        rows_direct(w, x, n, y, r0, r1);
-      else
-        rows_tiled(w, x, n, y, r0, r1, scratch.data());
-    }
+  if (n <= 0 || w.rows <= 0) return;
+  const int64_t groups = (w.cols + 7) / 8, ld = groups * 8;
+  // X padded with zeros to whole groups of 8 (a copy only when cols % 8 != 0).
+  thread_local std::vector<float> xpad;
+  const float* xp = x;
+  if (ld != w.cols) {
+    xpad.assign(size_t(n * ld), 0.0f);
+    for (int64_t t = 0; t < n; ++t) std::copy_n(x + t * w.cols, w.cols, xpad.data() + t * ld);
+    xp = xpad.data();
   }
+  const bool avx2 = kernel_path() == KernelPath::Avx2;
+  const bool direct = avx2 && n == 1 && ld == w.cols && w.enc != WeightEncoding::CB3;
+  const Job job{w, xp, n, ld, groups, y, avx2, direct};
+  const int64_t tiles = (w.rows + 3) / 4;
+  const bool parallel = w.rows * w.cols * n >= kParallelMin;
+  global_pool().parallel_for(tiles, parallel ? kTilesPerChunk : tiles,
+                             [&job](int64_t t0, int64_t t1) { run_tiles(job, t0, t1); });
 }
 
 }  // namespace moetier::cpu

@@ -1,15 +1,19 @@
 // Elementwise and normalization kernels. These are cheap next to the
 // matmuls; rmsnorm parallelizes over rows when there are many.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/cpu.h"
 
 namespace moetier::cpu {
 
-void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
-#pragma omp parallel for schedule(static) if (n * dim >= (int64_t(1) << 16))
-  for (int64_t t = 0; t < n; ++t) {
+namespace {
+
+void rmsnorm_rows(const float* x, const float* weight, int64_t t0, int64_t t1, int64_t dim,
+                  float eps, float* y) {
+  for (int64_t t = t0; t < t1; ++t) {
     const float* xt = x + t * dim;
     float* yt = y + t * dim;
     double ss = 0.0;
@@ -21,6 +25,14 @@ void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float 
 #pragma omp simd
     for (int64_t i = 0; i < dim; ++i) yt[i] = weight[i] * (xt[i] * r);
   }
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+  const int64_t grain = n * dim >= (int64_t(1) << 16) ? std::max<int64_t>(1, 4096 / dim) : n;
+  global_pool().parallel_for(
+      n, grain, [&](int64_t t0, int64_t t1) { rmsnorm_rows(x, weight, t0, t1, dim, eps, y); });
 }
 
 void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t pos0,

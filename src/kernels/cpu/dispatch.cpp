@@ -1,0 +1,55 @@
+#include "kernels/cpu/dispatch.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace moetier::cpu {
+namespace {
+
+KernelPath from_env() {
+  const char* v = std::getenv("MOETIER_CPU_KERNELS");
+  const std::string s = v ? v : "auto";
+  if (s == "portable") return KernelPath::Portable;
+  if (s == "avx2") {
+    check(cpu_has_avx2(), "MOETIER_CPU_KERNELS=avx2: this CPU lacks AVX2, FMA or F16C");
+    return KernelPath::Avx2;
+  }
+  check(s == "auto" || s.empty(), "MOETIER_CPU_KERNELS: '{}' is not portable, avx2 or auto", s);
+  return cpu_has_avx2() ? KernelPath::Avx2 : KernelPath::Portable;
+}
+
+std::atomic<int> g_path{-1};
+
+}  // namespace
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+KernelPath kernel_path() {
+  int p = g_path.load(std::memory_order_relaxed);
+  if (p < 0) {
+    p = int(from_env());
+    g_path.store(p, std::memory_order_relaxed);
+  }
+  return KernelPath(p);
+}
+
+void set_kernel_path(KernelPath p) {
+  check(p != KernelPath::Avx2 || cpu_has_avx2(),
+        "kernel path avx2: this CPU lacks AVX2, FMA or F16C");
+  g_path.store(int(p), std::memory_order_relaxed);
+}
+
+const char* kernel_path_name(KernelPath p) { return p == KernelPath::Avx2 ? "avx2" : "portable"; }
+
+}  // namespace moetier::cpu
