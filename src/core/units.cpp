@@ -1,6 +1,8 @@
 #include "core/units.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -86,6 +88,27 @@ uint64_t parse_bytes(std::string_view text, std::string_view what) {
     return r;
   }
   bad(text, what, fmt::format("unknown unit '{}'", unit));
+}
+
+std::optional<double> parse_percent(std::string_view text, std::string_view what) {
+  if (text.empty() || text.back() != '%') return std::nullopt;
+  const std::string num(text.substr(0, text.size() - 1));
+  double pct = 0;
+  size_t used = 0;
+  try {
+    pct = std::stod(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const bool digits_only = std::all_of(num.begin(), num.end(),
+                                       [](unsigned char c) { return std::isdigit(c) || c == '.'; });
+  check(digits_only && used == num.size() && pct > 0 && pct <= 100,
+        "{}: invalid percentage '{}' (expected 0 < N <= 100)", what, text);
+  return pct;
+}
+
+uint64_t percent_of(double pct, uint64_t total) {
+  return std::max<uint64_t>(1, uint64_t(std::ceil(pct / 100.0 * double(total) - 1e-9)));
 }
 
 std::string format_bytes(uint64_t bytes) {

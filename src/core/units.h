@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,15 @@ namespace moetier {
 
 // Throws Error "WHAT: invalid size 'TEXT' (...)" naming `what` (e.g. "--arena").
 uint64_t parse_bytes(std::string_view text, std::string_view what = "size");
+
+// Shares on the command line ("--arena 25%", "--keep 40%"): "N%" with
+// 0 < N <= 100 (decimals allowed) gives N; text not ending in '%' gives
+// nullopt. Throws Error "WHAT: invalid percentage 'TEXT' (expected 0 < N <= 100)".
+std::optional<double> parse_percent(std::string_view text, std::string_view what);
+
+// ceil(pct% of total), at least 1 (a product within 1e-9 above an integer
+// rounds down to it: 25% of 64 is 16).
+uint64_t percent_of(double pct, uint64_t total);
 
 // Human-readable, binary units with two decimals: "512 B", "1.50 KiB", "8.00 GiB".
 std::string format_bytes(uint64_t bytes);

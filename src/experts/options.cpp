@@ -19,18 +19,8 @@ namespace {
 
 // Slots for "--arena N%" of `total` experts; 0 when `text` is not a percentage.
 size_t percent_slots(const std::string& text, size_t total) {
-  if (text.empty() || text.back() != '%') return 0;
-  double pct = 0;
-  std::string num = text.substr(0, text.size() - 1);
-  size_t used = 0;
-  try {
-    pct = std::stod(num, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  check(used == num.size() && used > 0 && pct > 0 && pct <= 100,
-        "--arena: invalid percentage '{}' (expected 0 < N <= 100)", text);
-  return std::max<size_t>(1, size_t(std::ceil(pct / 100.0 * double(total) - 1e-9)));
+  const auto pct = parse_percent(text, "--arena");
+  return pct ? size_t(percent_of(*pct, total)) : 0;
 }
 
 struct Sizing {

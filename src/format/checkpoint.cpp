@@ -212,13 +212,11 @@ struct CheckpointLoader {
   }
 
   void load() {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(ck.dir_, ec)) {
-      problems.push_back(fmt::format(
-          "{}: {}", ck.dir_.string(),
-          std::filesystem::exists(ck.dir_, ec) ? "not a directory" : "no such directory"));
-      return;
+    if (auto why = checkpoint_dir_problem(ck.dir_)) {
+      problems.push_back(*why);
+      return;  // not a checkpoint directory: nothing else to say about it
     }
+    std::error_code ec;
     load_config();
     if (std::filesystem::exists(ck.dir_ / kIndexName, ec)) {
       if (auto idx = read_index()) load_indexed(*idx);
@@ -231,6 +229,21 @@ struct CheckpointLoader {
     build_name_map();
   }
 };
+
+std::optional<std::string> checkpoint_dir_problem(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  const std::string d = dir.string();
+  if (st.type() == fs::file_type::not_found) return fmt::format("{}: no such directory", d);
+  if (ec) return fmt::format("{}: cannot access: {}", d, ec.message());
+  if (fs::is_regular_file(st)) return fmt::format("{} is a file, not a checkpoint directory", d);
+  if (!fs::is_directory(st)) return fmt::format("{} is not a directory", d);
+  const fs::file_status cfg = fs::status(dir / "config.json", ec);
+  if (cfg.type() == fs::file_type::not_found)
+    return fmt::format("{}: no config.json (not a checkpoint directory)", d);
+  return std::nullopt;  // an unreadable config.json is reported when it is read
+}
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::filesystem::path& dir,
                                              std::vector<std::string>& problems) {

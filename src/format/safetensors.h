@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +44,13 @@ struct Shard {
 std::vector<TensorInfo> parse_safetensors_header(const std::filesystem::path& file,
                                                  uint32_t shard_index, Shard& shard,
                                                  std::vector<std::string>& problems);
+
+// Why DIR is not a checkpoint directory, in one line, or nullopt when it is a
+// directory holding a config.json: "DIR: no such directory", "DIR is a file,
+// not a checkpoint directory", "DIR is not a directory", "DIR: no config.json
+// (not a checkpoint directory)" or "DIR: cannot access: REASON". Checkpoint::open
+// reports this line alone.
+std::optional<std::string> checkpoint_dir_problem(const std::filesystem::path& dir);
 
 class Checkpoint {
  public:

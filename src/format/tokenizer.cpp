@@ -202,7 +202,13 @@ void Tokenizer::Impl::parse_config(const fs::path& config) {
 Tokenizer Tokenizer::load(const fs::path& path) {
   fs::path file = path;
   std::error_code ec;
-  if (fs::is_directory(path, ec)) file = path / "tokenizer.json";
+  const fs::file_status st = fs::status(path, ec);
+  check(st.type() != fs::file_type::not_found, "{}: no such file or directory", path.string());
+  if (fs::is_directory(st)) {
+    file = path / "tokenizer.json";
+    check(fs::status(file, ec).type() != fs::file_type::not_found, "{}: no tokenizer.json",
+          path.string());
+  }
   auto impl = std::make_unique<Impl>();
   impl->file = file.string();
   const std::string& f = impl->file;

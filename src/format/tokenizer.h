@@ -36,7 +36,8 @@ struct AddedToken;
 
 class Tokenizer {
  public:
-  // path: a tokenizer.json, or a directory holding one. A tokenizer_config.json
+  // path: a tokenizer.json, or a directory holding one ("PATH: no such file or
+  // directory", "DIR: no tokenizer.json" otherwise). A tokenizer_config.json
   // next to it, if present, supplies eos/bos tokens and add_bos_token.
   static Tokenizer load(const std::filesystem::path& path);
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "format/json_util.h"
 #include "format/safetensors.h"
+#include "model/architecture.h"
 
 namespace moetier {
 
@@ -113,7 +114,12 @@ void parse_sizes(Fields& f, Qwen3MoeConfig& c) {
       c.num_attention_heads % c.num_key_value_heads != 0)
     f.bad("num_key_value_heads", "num_attention_heads {} is not divisible by {}",
           c.num_attention_heads, c.num_key_value_heads);
-  if (auto v = f.integer("max_position_embeddings", false)) c.max_position_embeddings = *v;
+  if (auto v = f.integer("max_position_embeddings", false)) {
+    if (*v <= 0)
+      f.bad("max_position_embeddings", "{} must be positive", *v);
+    else
+      c.max_position_embeddings = *v;
+  }
 }
 
 // transformers writes num_local_experts (attribute_map: num_experts -> num_local_experts);
@@ -226,11 +232,7 @@ Qwen3MoeConfig parse_qwen3_moe_config(const json& j, const std::filesystem::path
                                       std::vector<std::string>& problems) {
   Qwen3MoeConfig c;
   c.max_position_embeddings = 32768;
-  if (!j.is_object()) {
-    problems.push_back(
-        fmt::format("{}: is {}, expected a JSON object", file.string(), json_kind(j)));
-    return c;
-  }
+  if (!check_architecture(j, file.string(), problems)) return c;
   Fields f{j, file.string(), problems};
   parse_sizes(f, c);
   parse_experts(f, c);

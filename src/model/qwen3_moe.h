@@ -47,7 +47,7 @@ struct Qwen3MoeConfig {
   std::vector<int64_t> mlp_only_layers;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  int64_t max_position_embeddings = 0;
+  int64_t max_position_embeddings = 0;  // the trained context (32768 when config.json omits it)
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   std::string dtype;  // "bfloat16", "float32", ...
@@ -57,6 +57,9 @@ struct Qwen3MoeConfig {
 
 // Throws Error naming `file` and the field on a missing, mistyped or
 // unsupported field (sliding window on, rope scaling, hidden_act != silu, ...).
+// The architecture is checked first (model/architecture.h: model_type and
+// architectures must name qwen3_moe); when it is not supported, that is the
+// only problem reported and no other field is read.
 Qwen3MoeConfig parse_qwen3_moe_config(const nlohmann::json& j, const std::filesystem::path& file);
 // Same, but appends every problem (one line each, "FILE: field 'NAME': ...") to
 // `problems` instead of throwing at the first; fields that did not parse keep

@@ -37,6 +37,7 @@ Sampler::Sampler(const SamplerConfig& cfg) : cfg_(cfg), rng_(cfg.seed) {
   check(std::isfinite(cfg.temperature), "sampler: temperature must be finite");
   check(cfg.top_k >= 0, "sampler: top-k {} must be >= 0", cfg.top_k);
   check(cfg.top_p > 0.0f && cfg.top_p <= 1.0f, "sampler: top-p {} must be in (0, 1]", cfg.top_p);
+  check(cfg.min_p >= 0.0f && cfg.min_p <= 1.0f, "sampler: min-p {} must be in [0, 1]", cfg.min_p);
 }
 
 bool Sampler::greedy() const { return cfg_.temperature <= 0.0f || cfg_.top_k == 1; }
@@ -83,6 +84,12 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(std::span<const fl
       }
     }
     d.resize(keep);
+    if (cfg_.min_p > 0.0f) {  // weights are exp(l/t - max/t): the most likely weighs 1
+      double top = 0.0;
+      for (const auto& p : d) top = std::max(top, p.second);
+      const double floor = double(cfg_.min_p) * top;
+      std::erase_if(d, [&](const auto& p) { return p.second < floor; });
+    }
     double s = 0.0;
     for (const auto& p : d) s += p.second;
     for (auto& p : d) p.second /= s;

@@ -1,13 +1,15 @@
 // moetier eval --arm A=DIR --arm B=DIR --corpus code=FILE --corpus prose=FILE
-//   [--max-tokens 512 --windows N --threads T -o FILE] [expert-store flags]
+//   [--max-tokens 512 --windows N --ctx N --threads T -o FILE] [expert-store flags]
 // Teacher-forced held-out NLL and top-1 accuracy per corpus and arm, every arm
 // scoring the same token ids in the same windows, and each arm's difference
 // from the first arm with paired standard errors (runtime/eval.h,
 // docs/eval.md). Prints a table to stdout, progress to stderr, and writes the
 // JSON report to -o FILE (atomically).
 //
-// Order of work: all corpora are read and tokenized by every arm's tokenizer
-// first (arms whose ids differ are an error before any model loads); then each
+// Order of work: every arm's directory, architecture and context (--max-tokens
+// must fit --ctx, else each arm's max_position_embeddings) are checked first;
+// then all corpora are read and tokenized by every arm's tokenizer (arms whose
+// ids differ are an error before any model loads); then each
 // arm is loaded, scored on every corpus and released in turn, so one model is
 // in memory at a time.
 #include <unistd.h>
@@ -34,6 +36,7 @@
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
 #include "tools/command.h"
+#include "tools/context.h"
 #include "tools/expert_flags.h"
 
 namespace moetier::tools {
@@ -46,6 +49,7 @@ struct EvalArgs {
   std::vector<std::string> arms, corpora;  // NAME=DIR, NAME=FILE
   int64_t max_tokens = 512;
   int64_t windows = 0;  // 0: every whole window
+  int64_t ctx = 0;      // 0: each arm's max_position_embeddings
   int threads = 0;
   std::string output;
   ExpertOptions experts;
@@ -163,6 +167,21 @@ void check_windows(std::vector<Corpus>& corpora, const EvalArgs& a) {
   }
 }
 
+// Before any corpus is read: every arm is a checkpoint directory of a supported
+// architecture whose context holds a window of --max-tokens.
+void check_arms(const std::vector<Named>& arms, const EvalArgs& a) {
+  for (const Named& arm : arms) {
+    in_arm(arm, [&] {
+      auto ck = Checkpoint::open(arm.path);
+      const Qwen3MoeConfig cfg = parse_qwen3_moe_config(ck->config(), arm.path / "config.json");
+      const ContextLimit lim = context_limit(a.ctx, cfg, arm.path, "--arm " + arm.name + ": ");
+      check(a.max_tokens <= lim.tokens,
+            "--max-tokens {} exceeds the context of {} ({}); lower --max-tokens or {}",
+            a.max_tokens, lim.tokens, lim.source, lim.remedy);
+    });
+  }
+}
+
 // Arena unless --mapped or no arena sizing flag: eval defaults to the mmap.
 bool use_arena(const ExpertOptions& o) {
   return !o.mapped && (!o.arena.empty() || o.arena_experts >= 0 || !o.host_cache.empty());
@@ -195,11 +214,6 @@ ArmResult score_arm(const Named& arm, const std::vector<Corpus>& corpora, const 
       check(id >= 0 && id < cfg.vocab_size,
             "--arm {} ({}): corpus {} has token id {}, outside the model's vocabulary [0, {})",
             arm.name, arm.path.string(), c.src.name, id, cfg.vocab_size);
-  if (cfg.max_position_embeddings > 0 && a.max_tokens > cfg.max_position_embeddings)
-    std::fprintf(stderr,
-                 "moetier: warning: --arm %s: windows of %lld tokens exceed "
-                 "max_position_embeddings %lld\n",
-                 arm.name.c_str(), (long long)a.max_tokens, (long long)cfg.max_position_embeddings);
 
   ExpertStats stats;
   std::unique_ptr<ExpertProvider> provider;
@@ -334,6 +348,7 @@ void run_eval(const EvalArgs& a) {
   const std::vector<Named> arms = parse_named("--arm", "DIR", a.arms);
   const std::vector<Named> sources = parse_named("--corpus", "FILE", a.corpora);
   if (a.threads > 0) cpu::set_threads(a.threads);
+  check_arms(arms, a);
 
   std::vector<Corpus> corpora = tokenize_corpora(arms, sources);
   check_windows(corpora, a);
@@ -356,6 +371,7 @@ const Registrar kRegister([](CLI::App& app) {
   cmd->add_option("--corpus", a->corpora, "NAME=FILE: a held-out text file (repeat)")->required();
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens per window (default 512)");
   cmd->add_option("--windows", a->windows, "Score at most N windows per corpus (default: all)");
+  add_ctx_option(*cmd, a->ctx);
   cmd->add_option("-t,--threads", a->threads,
                   "CPU threads (default: OMP_NUM_THREADS, else all cores)");
   cmd->add_option("-o,--output", a->output, "Write the JSON report to FILE");

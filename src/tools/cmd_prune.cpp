@@ -1,5 +1,5 @@
-// moetier prune DIR --trace TRACE --keep K -o OUT
-// Writes a new checkpoint that keeps the K most-used experts of every MoE
+// moetier prune DIR --trace TRACE --keep K|N% -o OUT
+// Writes a new checkpoint that keeps the K (or N% of the) most-used experts of every MoE
 // layer (use counts from TRACE's JSON summary, a binary trace, or a plain
 // {"layers": [[count per expert], ...]} file); docs/prune-repack.md.
 #include <cstdio>
@@ -14,8 +14,7 @@ namespace moetier::tools {
 namespace {
 
 struct PruneArgs {
-  std::string dir, trace, out;
-  int64_t keep = -1;
+  std::string dir, trace, out, keep;
 };
 
 void run_prune(const PruneArgs& a) {
@@ -45,7 +44,9 @@ const Registrar kRegister([](CLI::App& app) {
                   "Trace from moetier trace (its TRACE.json summary is read), or a JSON file "
                   "{\"layers\": [[uses per expert], ...]}")
       ->required();
-  cmd->add_option("--keep", a->keep, "Experts to keep per MoE layer (>= experts per token)")
+  cmd->add_option("--keep", a->keep,
+                  "Experts to keep per MoE layer: a count (26) or a share of them (40%, rounded "
+                  "up); at least the experts per token")
       ->required();
   cmd->add_option("-o,--output", a->out, "Output directory (must not exist)")->required();
   cmd->callback([a] { run_prune(*a); });

@@ -1,10 +1,11 @@
 // moetier trace DIR --corpus FILE... --tokens N -o TRACE [--window W]
-//   [--decode D] [--weights f16|f32] [--threads T]
+//   [--decode D] [--ctx N] [--weights f16|f32] [--threads T]
 // Runs the model over text the way the engine runs prompts and records, for
 // every token and MoE layer, the selected experts and their weights
 // (docs/trace-and-simulate.md). Each corpus file gets an equal share of the N
 // tokens; its token stream is cut into windows of W tokens, each prefilled as
-// one prompt chunk and followed by D greedy decode steps. Writes TRACE (binary),
+// one prompt chunk and followed by D greedy decode steps; W + D must fit the
+// context (--ctx, else max_position_embeddings) or nothing runs. Writes TRACE (binary),
 // TRACE.json (summary) and TRACE.ranking (for --policy pinned --ranking), each
 // atomically. "-" reads a corpus from stdin.
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "runtime/model.h"
 #include "runtime/trace_recorder.h"
 #include "tools/command.h"
+#include "tools/context.h"
 
 namespace moetier::tools {
 namespace {
@@ -38,6 +40,7 @@ struct TraceArgs {
   std::string dir, out;
   std::vector<std::string> corpus;
   int64_t tokens = 0, window = 256, decode = 0;
+  int64_t ctx = 0;  // 0: max_position_embeddings
   std::string weights = "f16";
   int threads = 0;
 };
@@ -149,13 +152,16 @@ void check_args(const TraceArgs& a) {
 void trace(const TraceArgs& a) {
   check_args(a);
   if (a.threads > 0) cpu::set_threads(a.threads);
+  auto ck = Checkpoint::open(a.dir);                     // "DIR: no such directory", ...
+  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);  // refuses unsupported architectures
+  const ContextLimit lim = context_limit(a.ctx, model.config(), a.dir);
+  // A window's positions: at most W + D, and at most one corpus's share of N.
+  const int64_t share = (a.tokens + int64_t(a.corpus.size()) - 1) / int64_t(a.corpus.size());
+  check(std::min(a.window + a.decode, share) <= lim.tokens,
+        "--window {} + --decode {} = {} exceed the context of {} ({}); lower --window or "
+        "--decode, or {}",
+        a.window, a.decode, a.window + a.decode, lim.tokens, lim.source, lim.remedy);
   Tokenizer tok = Tokenizer::load(a.dir);
-  auto ck = Checkpoint::open(a.dir);
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  const int64_t max_pos = model.config().max_position_embeddings;
-  if (max_pos > 0 && a.window + a.decode > max_pos)
-    std::fprintf(stderr, "moetier: warning: --window %lld + --decode %lld exceed %lld positions\n",
-                 (long long)a.window, (long long)a.decode, (long long)max_pos);
   MappedExperts experts(*ck, model.config());
   TraceWriter writer(a.out, make_header(a, model, *ck));
   TraceRecorder rec(writer, model.config());
@@ -204,6 +210,7 @@ const Registrar kRegister([](CLI::App& app) {
       ->required();
   cmd->add_option("--window", a->window, "Prompt window: tokens per prefill chunk (default 256)");
   cmd->add_option("--decode", a->decode, "Greedy decode steps after each window (default 0)");
+  add_ctx_option(*cmd, a->ctx);
   cmd->add_option("--weights", a->weights, "Routing weights stored as f16 (default) or f32");
   cmd->add_option("-t,--threads", a->threads,
                   "CPU threads (default: OMP_NUM_THREADS, else all cores)");

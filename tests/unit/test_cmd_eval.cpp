@@ -16,8 +16,8 @@
 #include <random>
 #include <sstream>
 
-#include "format/safetensors.h"
 #include "cli_runner.h"
+#include "format/safetensors.h"
 #include "format/tokenizer.h"
 #include "runtime/eval.h"
 #include "runtime/mapped_experts.h"
@@ -220,13 +220,14 @@ TEST_F(CmdEval, ArenaFlagsApplyToEveryArmAndChangeNothing) {
 TEST_F(CmdEval, CorpusShorterThanOneWindowIsAnError) {
   const fs::path text = corpus("short.txt", 10, 4);
   Result r = run("--arm A=" + fixture("qwen3moe-bf16") + " --corpus s=" + text.string() +
-                 " --max-tokens 512");
+                 " --max-tokens 200");  // the fixture's context is 256
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(lines(r.err), 1) << r.err;
-  EXPECT_NE(r.err.find("shorter than one window of 512"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("shorter than one window of 200"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(text.string()), std::string::npos) << r.err;
   std::ofstream(dir_ / "empty.txt");
-  r = run("--arm A=" + fixture("qwen3moe-bf16") + " --corpus e=" + (dir_ / "empty.txt").string());
+  r = run("--arm A=" + fixture("qwen3moe-bf16") + " --corpus e=" + (dir_ / "empty.txt").string() +
+          " --max-tokens 64");
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("0 tokens"), std::string::npos) << r.err;
@@ -234,8 +235,8 @@ TEST_F(CmdEval, CorpusShorterThanOneWindowIsAnError) {
 
 TEST_F(CmdEval, MissingFilesAreAnError) {
   const fs::path text = corpus("words.txt", 200, 3);
-  Result r =
-      run("--arm A=" + fixture("qwen3moe-bf16") + " --corpus c=" + (dir_ / "nope.txt").string());
+  Result r = run("--arm A=" + fixture("qwen3moe-bf16") +
+                 " --corpus c=" + (dir_ / "nope.txt").string() + " --max-tokens 64");
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("nope.txt"), std::string::npos) << r.err;

@@ -7,11 +7,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include "cli_runner.h"
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "cli_runner.h"
 
 using namespace std::string_literals;
 namespace fs = std::filesystem;
@@ -41,7 +41,7 @@ const char* kFixtures[] = {"qwen3moe-bf16", "qwen3moe-mxfp4", "qwen3moe-sharded"
 TEST(ExpertCli, ArenaRunMatchesMappedAndReportsCounters) {
   for (const char* name : kFixtures) {
     SCOPED_TRACE(name);
-    const std::string base = "run "s + fixture(name) + " -p 'The quick brown fox' -n 12";
+    const std::string base = "run "s + fixture(name) + " -p 'The quick brown fox' -n 12 --temp 0";
     Result ref = run_cli(base + " --mapped");
     ASSERT_EQ(ref.rc, 0) << ref.err;
     fs::path dir = scratch();
@@ -99,7 +99,7 @@ TEST(ExpertCli, OtherSizingFlags) {
 TEST(ExpertCli, PinnedPolicyWithARankingFile) {
   fs::path dir = scratch();
   std::ofstream(dir / "rank.txt") << "# layer expert\n0 3\n1 3\n0 7\n1 0\n";
-  const std::string base = "run "s + fixture("qwen3moe-mxfp4") + " -p 'a b c' -n 4";
+  const std::string base = "run "s + fixture("qwen3moe-mxfp4") + " -p 'a b c' -n 4 --temp 0";
   Result ref = run_cli(base + " --mapped");
   Result r = run_cli(base + " --arena-experts 12 --policy pinned --ranking " +
                      (dir / "rank.txt").string() + " --stats");

@@ -213,6 +213,18 @@ TEST(Prune, MostUsedExpertsAndCountFiles) {
   EXPECT_THROW(read_expert_usage(tmp / "missing.json", c), Error);
 }
 
+TEST(Prune, KeepIsACountOrAShareRoundedUp) {
+  EXPECT_EQ(parse_keep("26", 64), 26);
+  EXPECT_EQ(parse_keep("40%", 64), 26);  // 25.6
+  EXPECT_EQ(parse_keep("25%", 64), 16);  // exact: not rounded up past 16
+  EXPECT_EQ(parse_keep("12.5%", 16), 2);
+  EXPECT_EQ(parse_keep("100%", 16), 16);
+  EXPECT_EQ(parse_keep("1%", 16), 1);
+  EXPECT_EQ(parse_keep("0", 16), 0);  // check_keep refuses it
+  for (const char* bad : {"", "abc", "8x", "-", "5%%", "%", " 5%", "0x10%", "nan%", "200%"})
+    EXPECT_THROW(parse_keep(bad, 16), Error) << bad;
+}
+
 TEST(Prune, BadInputIsOneLineAndLeavesNothing) {
   TempDir tmp;
   const fs::path src = golden("qwen3moe-bf16");  // 16 experts, top-4
@@ -228,6 +240,10 @@ TEST(Prune, BadInputIsOneLineAndLeavesNothing) {
        {Case{"--trace " + counts.string() + " --keep 0", "--keep: 0"},
         Case{"--trace " + counts.string() + " --keep 17", "exceeds num_experts 16"},
         Case{"--trace " + counts.string() + " --keep 3", "less than num_experts_per_tok 4"},
+        Case{"--trace " + counts.string() + " --keep 10%", "--keep: 2 is less than"},
+        Case{"--trace " + counts.string() + " --keep 0%", "--keep: invalid percentage '0%'"},
+        Case{"--trace " + counts.string() + " --keep 101%", "--keep: invalid percentage '101%'"},
+        Case{"--trace " + counts.string() + " --keep 8x", "--keep: '8x' is not a count"},
         Case{"--trace " + (tmp / "none.json").string() + " --keep 8", "cannot open"},
         Case{"--trace " + (tmp / "junk.bin").string() + " --keep 8", "neither a trace"},
         Case{"--trace " + counts.string() + " --keep 8 -o " + (tmp / "exists").string(),
@@ -337,10 +353,10 @@ TEST(Prune, TraceThenPruneThenRun) {
   ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_TRUE(fs::exists(tmp / "t.trace.json"));
   r = run_cli("prune " + tiny.string() + " --trace " + (tmp / "t.trace").string() +
-                  " --keep 26 -o " + (tmp / "p").string(),
+                  " --keep 40% -o " + (tmp / "p").string(),
               tmp.path());
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("kept 26 of 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kept 26 of 64"), std::string::npos) << r.out;  // 40% of 64, rounded up
   r = run_cli("check " + (tmp / "p").string(), tmp.path());
   EXPECT_EQ(r.status, 0) << r.err;
   for (const std::string flags : {"--mapped", "--arena-experts 30"}) {

@@ -243,3 +243,34 @@ TEST(Qwen3Config, CollectsEveryProblem) {
   j["vocab_size"] = -1;
   EXPECT_EQ(problems_of(j).size(), 3u);
 }
+
+// The architecture comes first, with the line moetier check gives; nothing else
+// is read when it is not supported.
+TEST(Qwen3Config, AnUnsupportedArchitectureIsTheOnlyProblem) {
+  auto j = base();
+  j["model_type"] = "no_such_arch";
+  j["vocab_size"] = "many";
+  EXPECT_EQ(only_problem(j),
+            "ck/config.json: architecture 'no_such_arch' is not supported (supported: qwen3_moe)");
+  j = base();
+  j["architectures"] = {"LlamaForCausalLM"};
+  EXPECT_EQ(only_problem(j),
+            "ck/config.json: field 'architectures': 'LlamaForCausalLM' is not supported "
+            "(supported: Qwen3MoeForCausalLM)");
+  j.erase("model_type");
+  EXPECT_EQ(only_problem(j),
+            "ck/config.json: architecture 'LlamaForCausalLM' is not supported (supported: "
+            "qwen3_moe)");
+  j.erase("architectures");
+  EXPECT_EQ(only_problem(j), "ck/config.json: field 'model_type': missing (supported: qwen3_moe)");
+  EXPECT_EQ(only_problem(nlohmann::json::array()),
+            "ck/config.json: is an array, expected a JSON object");
+}
+
+TEST(Qwen3Config, MaxPositionEmbeddingsIsPositiveAndDefaultsTo32768) {
+  auto j = base();
+  j.erase("max_position_embeddings");
+  EXPECT_EQ(parse_qwen3_moe_config(j, kFile).max_position_embeddings, 32768);
+  j["max_position_embeddings"] = 0;
+  EXPECT_EQ(only_problem(j), "ck/config.json: field 'max_position_embeddings': 0 must be positive");
+}

@@ -427,11 +427,19 @@ TEST(Checkpoint, BrokenConfigAndMissingFiles) {
   fs::create_directory(tmp / "empty");
   problems.clear();
   Checkpoint::open(tmp / "empty", problems);
-  EXPECT_THAT(
-      problems,
-      ::testing::ElementsAre(
-          (tmp / "empty" / "config.json").string() + ": cannot open: no such file",
-          (tmp / "empty").string() + ": no model.safetensors or model.safetensors.index.json"));
+  EXPECT_THAT(problems, ::testing::ElementsAre((tmp / "empty").string() +
+                                               ": no config.json (not a checkpoint directory)"));
+  problems.clear();
+  Checkpoint::open(tmp / "ck" / "config.json", problems);
+  EXPECT_THAT(problems, ::testing::ElementsAre((tmp / "ck" / "config.json").string() +
+                                               " is a file, not a checkpoint directory"));
+  // Without config.json the shards are not looked at: one line says why.
+  fs::remove(tmp / "ck" / "config.json");
+  problems.clear();
+  Checkpoint::open(tmp / "ck", problems);
+  EXPECT_THAT(problems, ::testing::ElementsAre((tmp / "ck").string() +
+                                               ": no config.json (not a checkpoint directory)"));
+  EXPECT_THROW(Checkpoint::open(tmp / "ck"), Error);
 }
 
 TEST(Checkpoint, IndexShardNameEscapingDirIsRefused) {

@@ -455,7 +455,18 @@ TEST(Tokenizer, BadInputGivesOneLineErrorNamingFileAndField) {
         try {
           Tokenizer::load(dir / "missing.json");
         } catch (const Error& e) {
-          EXPECT_THAT(e.what(), HasSubstr("missing.json: cannot open"));
+          EXPECT_THAT(e.what(), HasSubstr("missing.json: no such file or directory"));
+          throw;
+        }
+      },
+      Error);
+  fs::create_directories(dir / "no_tokenizer");
+  EXPECT_THROW(
+      {
+        try {
+          Tokenizer::load(dir / "no_tokenizer");
+        } catch (const Error& e) {
+          EXPECT_EQ(std::string(e.what()), (dir / "no_tokenizer").string() + ": no tokenizer.json");
           throw;
         }
       },

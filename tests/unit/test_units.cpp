@@ -59,3 +59,25 @@ TEST(Units, Formats) {
     EXPECT_NEAR(back, double(v), double(v) * 0.005 + 1) << s;
   }
 }
+
+TEST(Units, PercentagesAndTheirShareOfACount) {
+  EXPECT_EQ(parse_percent("40%", "--keep"), 40.0);
+  EXPECT_EQ(parse_percent("12.5%", "--keep"), 12.5);
+  EXPECT_EQ(parse_percent("100%", "--keep"), 100.0);
+  EXPECT_EQ(parse_percent("40", "--keep"), std::nullopt);  // not a percentage: the caller's
+  EXPECT_EQ(parse_percent("8GiB", "--arena"), std::nullopt);
+  for (const char* bad : {"%", "0%", "-5%", "101%", "5%%", " 5%", "1e1%", "nan%", "abc%"}) {
+    try {
+      parse_percent(bad, "--keep");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("--keep: invalid percentage '") + bad + "' (expected 0 < N <= 100)");
+    }
+  }
+  EXPECT_EQ(percent_of(40, 64), 26u);   // 25.6, rounded up
+  EXPECT_EQ(percent_of(25, 64), 16u);   // exact
+  EXPECT_EQ(percent_of(10, 512), 52u);  // 51.2
+  EXPECT_EQ(percent_of(0.1, 16), 1u);   // at least one
+  EXPECT_EQ(percent_of(100, 16), 16u);
+}
