@@ -32,6 +32,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "synthetic.h"
 
 using namespace moetier;
@@ -57,25 +58,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // text: token ids of --text (at least prompt + decode of them), or empty.
-Row measure(const Qwen3MoeModel& m, ExpertProvider& ex, ExpertStats* stats, const Args& a,
+Row measure(const Model& m, ExpertProvider& ex, ExpertStats* stats, const Args& a,
             const std::vector<int32_t>& text) {
-  const Qwen3MoeConfig& c = m.config();
+  const ModelSpec& c = m.spec();
   std::mt19937 rng(a.seed);
   std::vector<int32_t> prompt(size_t(a.prompt));
   for (auto& t : prompt) t = int32_t(rng() % uint64_t(c.vocab_size));
   if (!text.empty()) prompt.assign(text.begin(), text.begin() + a.prompt);
-  KvCache kv = KvCache::for_model(c, a.prompt + a.decode + 1);
+  Session session(m, ex, a.prompt + a.decode + 1);
   Row r;
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits = m.forward(prompt, 0, kv, ex);
+  const std::vector<float>* logits = &session.prefill(prompt);
   r.prefill_tps = double(a.prompt) / seconds_since(t0);
   LayerCounters before = stats ? stats->total() : LayerCounters{};
   t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < a.decode; ++s) {
-    std::vector<int32_t> one{
-        text.empty() ? int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin())
-                     : text[size_t(a.prompt + s)]};
-    logits = m.forward(one, a.prompt + s, kv, ex);
+    const int32_t next =
+        text.empty() ? int32_t(std::max_element(logits->begin(), logits->end()) - logits->begin())
+                     : text[size_t(a.prompt + s)];
+    logits = &session.decode(next);
   }
   double dt = seconds_since(t0);
   r.decode_tps = double(a.decode) / dt;
@@ -96,7 +97,8 @@ Row measure(const Qwen3MoeModel& m, ExpertProvider& ex, ExpertStats* stats, cons
 void run(const Args& a) {
   cpu::set_threads(a.threads);
   auto ck = Checkpoint::open(a.dir);
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
+  const std::unique_ptr<Model> loaded = load_model(*ck);
+  const Model& model = *loaded;
   std::vector<int32_t> text;
   if (!a.text.empty()) {
     std::ifstream f(a.text, std::ios::binary);
@@ -109,7 +111,7 @@ void run(const Args& a) {
   }
   std::vector<Row> rows;
   {
-    MappedExperts mapped(*ck, model.config());
+    MappedExperts mapped(*ck, model.spec());
     measure(model, mapped, nullptr, a, text);  // warm the page cache
     Row r = measure(model, mapped, nullptr, a, text);
     r.arena = "mapped";
@@ -123,7 +125,7 @@ void run(const Args& a) {
     o.policy = a.policy;
     o.quiet = true;
     ExpertStats stats;
-    auto arena = make_expert_provider(*ck, model.config(), o, &stats);
+    auto arena = make_expert_provider(*ck, model.spec(), o, &stats);
     Row r = measure(model, *arena, &stats, a, text);
     r.arena = o.arena;
     rows.push_back(r);

@@ -8,7 +8,7 @@
 
 #include "core/dtype.h"
 #include "format/safetensors_writer.h"
-#include "model/qwen3_moe.h"
+#include "model/architecture.h"
 
 namespace moetier::bench {
 
@@ -80,19 +80,21 @@ struct Tensors {
 
 void write_synthetic(const std::filesystem::path& dir, const SyntheticSpec& s) {
   const nlohmann::json cj = config(s);
-  const Qwen3MoeConfig cfg = parse_qwen3_moe_config(cj, dir / "config.json");
+  const Architecture& arch = architecture_of(cj, dir / "config.json");
+  const MoeTensorNames& names = arch.names();
   Tensors t(s.seed);
   const float w = 1.0f / std::sqrt(float(s.hidden));
-  for (const TensorSpec& spec : qwen3_moe_core_tensors(cfg)) {
+  for (const TensorSpec& spec : arch.core_tensors(cj, dir / "config.json")) {
+    if (spec.optional) continue;
     bool norm = spec.shape.size() == 1;
     t.bf16(spec.name, spec.shape, norm ? 0.05f : w, norm ? 1.0f : 0.0f);
   }
   const int64_t H = s.hidden, I = s.moe_inter;
   for (int64_t l = 0; l < s.layers; ++l) {
     for (int64_t e = 0; e < s.experts; ++e) {
-      std::string q = layer_prefix(l) + "mlp.experts." + std::to_string(e) + ".";
-      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-        bool down = std::string(proj) == "down_proj";
+      std::string q = names.experts_prefix(l) + std::to_string(e) + ".";
+      for (const std::string& proj : names.projs) {
+        bool down = proj == names.projs[2];
         int64_t o = down ? H : I, in = down ? I : H;
         if (s.mxfp4) {
           t.bytes(q + proj + ".weight", DType::U8, {o, in / 2}, 0, 255);

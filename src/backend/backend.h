@@ -1,10 +1,135 @@
-// The compute backend: the only code that touches the CUDA runtime.
-// CPU-only builds link stub.cpp, where every query answers "no device".
+// Backend: device memory and the ops a forward pass needs. The runtime's
+// forwards (runtime/<arch>/) are written against this seam only; `cpu`
+// (backend/cpu/, the kernels of kernels/cpu) is the first implementation,
+// `cuda` (backend/cuda/) the second; a CPU-only build links backend/no_cuda/.
+//
+// Protocol:
+//   - Pointers given to ops are device pointers (on `cpu` they are host
+//     pointers, and is_host() is true). Activations are f32.
+//   - Ops are issued in program order on the backend's one stream and may
+//     run asynchronously; to_host() and synchronize() wait for everything
+//     issued before them. Host spans given to an op (token ids, expert groups)
+//     are read before the op returns.
+//   - Weights become usable through weights()/vector(): on `cpu` the host view
+//     (the checkpoint's mmap) is used in place; elsewhere the bytes are copied
+//     into device memory owned by the WeightStore, which must outlive them.
+//   - One thread issues a backend's ops at a time (a Session's thread). Memory
+//     (DeviceBuffer) may be freed from any thread once its ops are done.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
-namespace moetier::backend {
+#include "core/tensor.h"
+
+namespace moetier {
+
+class Backend;
+
+// Device memory, owned; move-only. Freed through the backend that made it.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* owner, void* p, size_t bytes) : owner_(owner), p_(p), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  void reset();
+  void* data() const { return p_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  Backend* owner_ = nullptr;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Device copies of weights made by Backend::weights()/vector().
+struct WeightStore {
+  std::vector<DeviceBuffer> buffers;
+  uint64_t bytes() const;
+};
+
+// One expert batch: experts[i] runs on its tokens pairs [offsets[i],
+// offsets[i+1]): out[tokens[p]] += weights[p] * down(silu(gate x) * up x),
+// x = rows of x [n, hidden]. Per token, contributions are added in the order
+// of i (the runtime passes experts in ascending id order).
+struct ExpertBatch {
+  std::span<const ExpertView> experts;  // [m] device views
+  std::span<const int64_t> offsets;     // [m + 1] host
+  std::span<const int64_t> tokens;      // [pairs] host: row of x / out
+  std::span<const float> weights;       // [pairs] host: routing weight
+  const float* x = nullptr;             // [n, hidden] device
+  int64_t n = 0, hidden = 0, intermediate = 0;
+  float* out = nullptr;  // [n, hidden] device, accumulated into
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;        // "cpu", "cuda:0 (NVIDIA H200)"
+  virtual bool is_host() const = 0;            // device pointers are host pointers
+  virtual uint64_t device_memory() const = 0;  // bytes (cpu: MemTotal)
+
+  // Memory. alloc throws Error naming the size when it cannot; release is
+  // DeviceBuffer's (it waits for the ops that may still use the memory).
+  virtual DeviceBuffer alloc(size_t bytes) = 0;
+  virtual void release(void* p, size_t bytes) = 0;
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;  // waits
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;     // device to device
+  virtual void fill_zero(float* x, int64_t n) = 0;
+  virtual void synchronize() = 0;
+
+  // Weights (see the protocol above).
+  virtual MatView weights(const MatView& host, WeightStore& store) = 0;
+  virtual const float* vector(std::span<const float> host, WeightStore& store) = 0;
+
+  // Ops. Shapes as in kernels/cpu/cpu.h.
+  // out [n, cols] = rows tokens[t] of table.
+  virtual void embed(const MatView& table, std::span<const int32_t> tokens, float* out) = 0;
+  // y [n, rows] = x [n, cols] w^T.
+  virtual void matmul(const MatView& w, const float* x, int64_t n, float* y) = 0;
+  // y [n, dim] = rmsnorm of x's rows times weight [dim]; y may alias x.
+  virtual void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+                       float* y) = 0;
+  // x [n, heads, head_dim] rotated for positions pos0 + t; inv_freq [head_dim/2] device.
+  virtual void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t pos0,
+                    const float* inv_freq) = 0;
+  // Causal GQA: q [n_q, heads, hd] at positions first_pos.., k/v caches
+  // [>= first_pos + n_q, kv_heads, hd]; out [n_q, heads, hd].
+  virtual void attention(const float* q, const float* k, const float* v, int64_t n_q,
+                         int64_t first_pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                         float scale, float* out) = 0;
+  virtual void add(float* x, const float* y, int64_t n) = 0;                    // x += y
+  virtual void add_rows(float* y, const float* b, int64_t n, int64_t dim) = 0;  // y[t] += b
+  virtual void silu_mul(float* g, const float* u, int64_t n) = 0;               // g = silu(g) u
+  // Router: probs [n, e] = softmax(logits [n, e]) (in place allowed), then per
+  // token the k largest (ties to the lower id) as ids [n, k] and weights
+  // [n, k] (divided by their sum when renormalize).
+  virtual void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
+                            float* probs, int32_t* ids, float* weights) = 0;
+  virtual void expert_batch(const ExpertBatch& b) = 0;
+};
+
+// The CPU backend (kernels/cpu, the global thread pool).
+std::unique_ptr<Backend> make_cpu_backend();
+// The CUDA backend on `device`; throws Error in a build without CUDA or
+// without such a device.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// "cpu" or "cuda[:N]" (throws Error naming the flag value otherwise).
+std::unique_ptr<Backend> make_backend(const std::string& spec);
 
 // Number of usable CUDA devices (0 in CPU builds or without a GPU).
 int cuda_device_count();
@@ -13,4 +138,4 @@ std::string cuda_device_name(int device);
 // Whether this binary was built with the CUDA backend.
 bool built_with_cuda();
 
-}  // namespace moetier::backend
+}  // namespace moetier

@@ -12,6 +12,7 @@
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
 #include "runtime/routing.h"
+#include "runtime/session.h"
 
 namespace moetier {
 namespace fs = std::filesystem;
@@ -128,27 +129,26 @@ CalibStats collect_calibration(const Checkpoint& ck, const fs::path& corpus,
   check(fs::exists(ck.dir() / "tokenizer.json", ec),
         "--calib: {}: no tokenizer.json to tokenize the corpus with", ck.dir().string());
   const Tokenizer tok = Tokenizer::load(ck.dir());
-  const Qwen3MoeModel model = Qwen3MoeModel::load(ck);
-  const Qwen3MoeConfig& cfg = model.config();
+  const std::unique_ptr<Model> model = load_model(ck);
+  const ModelSpec& cfg = model->spec();
   std::vector<int32_t> ids =
       tok.encode(read_corpus(corpus, uint64_t(opt.max_tokens) * 16 + 4096), false);
   check(!ids.empty(), "--calib: {}: the corpus encodes to no tokens", corpus.string());
   if (int64_t(ids.size()) > opt.max_tokens) ids.resize(size_t(opt.max_tokens));
   int64_t window = opt.window;
-  if (cfg.max_position_embeddings > 0) window = std::min(window, cfg.max_position_embeddings);
+  if (cfg.max_positions > 0) window = std::min(window, cfg.max_positions);
 
-  CalibStats stats(cfg.num_hidden_layers, cfg.num_experts, cfg.hidden_size,
-                   cfg.moe_intermediate_size);
+  CalibStats stats(cfg.num_layers, cfg.num_experts, cfg.hidden_size, cfg.expert_intermediate);
   MappedExperts experts(ck, cfg);
-  Collector col{stats, experts, cfg.hidden_size, cfg.moe_intermediate_size, {}, {}, {}};
+  Collector col{stats, experts, cfg.hidden_size, cfg.expert_intermediate, {}, {}, {}};
   const RoutingObserver obs = [&col](const RoutingEvent& ev) { col(ev); };
   ForwardOptions fo;
   fo.observer = &obs;
   for (size_t at = 0; at < ids.size(); at += size_t(window)) {
     check(!(control.cancel && control.cancel->load()), "--calib: interrupted");
     const size_t n = std::min(ids.size() - at, size_t(window));
-    KvCache kv = KvCache::for_model(cfg, int64_t(n));
-    model.forward(std::span<const int32_t>(ids.data() + at, n), 0, kv, experts, fo);
+    Session session(*model, experts, int64_t(n));
+    session.prefill(std::span<const int32_t>(ids.data() + at, n), fo);
     stats.add_tokens(int64_t(n));
   }
   return stats;

@@ -83,16 +83,17 @@ std::optional<int64_t> take_number(std::string_view& s) {
 }
 }  // namespace
 
-std::optional<LayerTensorName> parse_layer_tensor(std::string_view name) {
-  if (!name.starts_with("model.layers.")) return std::nullopt;
-  std::string_view s = name.substr(13);
+std::optional<LayerTensorName> parse_layer_tensor(std::string_view name,
+                                                  const MoeTensorNames& names) {
+  if (!name.starts_with(names.layers)) return std::nullopt;
+  std::string_view s = name.substr(names.layers.size());
   auto layer = take_number(s);
   if (!layer) return std::nullopt;
   LayerTensorName n;
   n.layer = *layer;
   n.rest = std::string(s);
-  if (s.starts_with("mlp.experts.")) {
-    s.remove_prefix(12);
+  if (s.starts_with(names.experts)) {
+    s.remove_prefix(names.experts.size());
     if (auto e = take_number(s)) {
       n.expert = *e;
       n.part = std::string(s);
@@ -110,15 +111,24 @@ std::vector<const TensorInfo*> tensors_in_file_order(const Checkpoint& ck) {
   return order;
 }
 
+bool is_expert_rest(const std::string& rest, const MoeTensorNames& names) {
+  return rest.starts_with(names.experts);
+}
+
+bool is_stacked_rest(const std::string& rest, const MoeTensorNames& names) {
+  return rest == names.experts + names.stacked_gate_up ||
+         rest == names.experts + names.stacked_down;
+}
+
 std::map<int64_t, uint32_t> record_shards(const std::vector<const TensorInfo*>& order,
-                                          int64_t num_experts) {
+                                          int64_t num_experts, const MoeTensorNames& names) {
   std::map<int64_t, uint32_t> out;
   for (const TensorInfo* t : order) {
-    const auto n = parse_layer_tensor(t->name);
-    if (!n || !n->rest.starts_with("mlp.experts.")) continue;
+    const auto n = parse_layer_tensor(t->name, names);
+    if (!n || !is_expert_rest(n->rest, names)) continue;
     if (n->expert >= 0) {
       out.emplace(record_key(n->layer, n->expert), t->shard);
-    } else if (n->rest == "mlp.experts.gate_up_proj" || n->rest == "mlp.experts.down_proj") {
+    } else if (is_stacked_rest(n->rest, names)) {
       for (int64_t e = 0; e < num_experts; ++e) out.emplace(record_key(n->layer, e), t->shard);
     }
   }

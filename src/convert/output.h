@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "format/safetensors_writer.h"
+#include "model/spec.h"
 
 namespace moetier {
 
@@ -97,13 +98,17 @@ class DerivedCheckpointWriter {
   uint64_t total_bytes_ = 0;
 };
 
-// A tensor name "model.layers.L.REST" split into L and REST; for REST =
-// "mlp.experts.E.PART", expert = E and part = PART (else expert = -1).
+// A tensor name names.layers + "L.REST" split into L and REST; for REST =
+// names.experts + "E.PART", expert = E and part = PART (else expert = -1).
 struct LayerTensorName {
   int64_t layer = -1, expert = -1;
   std::string rest, part;
 };
-std::optional<LayerTensorName> parse_layer_tensor(std::string_view name);
+std::optional<LayerTensorName> parse_layer_tensor(std::string_view name,
+                                                  const MoeTensorNames& names);
+// Whether REST of a layer tensor is an expert tensor / a stacked expert tensor.
+bool is_expert_rest(const std::string& rest, const MoeTensorNames& names);
+bool is_stacked_rest(const std::string& rest, const MoeTensorNames& names);
 
 // Record key of (layer, expert) for OutTensor::record.
 inline int64_t record_key(int64_t layer, int64_t expert) { return (layer << 32) | expert; }
@@ -116,7 +121,7 @@ std::vector<const TensorInfo*> tensors_in_file_order(const Checkpoint& ck);
 // tensor counts for every expert of its layer), so that a record is never
 // split between shards even when the source spreads an expert over several.
 std::map<int64_t, uint32_t> record_shards(const std::vector<const TensorInfo*>& order,
-                                          int64_t num_experts);
+                                          int64_t num_experts, const MoeTensorNames& names);
 
 // Throws the first problem `moetier check` finds in DIR (and how many more).
 void require_valid(const std::filesystem::path& dir);

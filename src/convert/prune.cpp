@@ -12,6 +12,7 @@
 #include "core/units.h"
 #include "format/json_util.h"
 #include "format/safetensors.h"
+#include "model/architecture.h"
 #include "model/check.h"
 
 namespace moetier {
@@ -46,35 +47,37 @@ OutTensor copy_of(const Checkpoint& ck, const TensorInfo& t, std::string name, i
 
 // The output tensor(s) for source tensor t (none when it is a dropped expert's).
 // new_id[layer][source id] = output id, or -1.
-void prune_tensor(const Checkpoint& ck, const Qwen3MoeConfig& cfg, const TensorInfo& t,
+void prune_tensor(const Checkpoint& ck, const ModelSpec& cfg, const TensorInfo& t,
                   const std::vector<std::vector<int32_t>>& kept,
                   const std::vector<std::vector<int32_t>>& new_id, std::vector<OutTensor>& out) {
-  const auto n = parse_layer_tensor(t.name);
-  if (!n || n->layer >= cfg.num_hidden_layers || !cfg.is_moe_layer(n->layer))
+  const MoeTensorNames& names = cfg.names();
+  const auto n = parse_layer_tensor(t.name, names);
+  if (!n || n->layer >= cfg.num_layers || !cfg.is_moe_layer(n->layer))
     return out.push_back(copy_of(ck, t, t.name, -1));
   const auto& ids = kept[size_t(n->layer)];
-  if (n->rest == "mlp.gate.weight" || n->rest == "mlp.experts.gate_up_proj" ||
-      n->rest == "mlp.experts.down_proj")
+  if (n->rest == names.router || is_stacked_rest(n->rest, names))
     return out.push_back(take_rows(ck, t, ids, cfg.num_experts));
   if (n->expert < 0) return out.push_back(copy_of(ck, t, t.name, -1));
   check(n->expert < cfg.num_experts, "{}: tensor '{}': expert {} out of range (num_experts {})",
         ck.shards()[t.shard].path.string(), t.name, n->expert, cfg.num_experts);
   const int32_t id = new_id[size_t(n->layer)][size_t(n->expert)];
   if (id < 0) return;  // pruned away
-  const std::string name = fmt::format("model.layers.{}.mlp.experts.{}.{}", n->layer, id, n->part);
+  const std::string name = fmt::format("{}{}.{}", names.experts_prefix(n->layer), id, n->part);
   out.push_back(copy_of(ck, t, name, record_key(n->layer, id)));
 }
 
-bool is_expert_tensor(const std::string& name) {
-  return name.find(".mlp.experts.") != std::string::npos;
+bool is_expert_tensor(const std::string& name, const MoeTensorNames& names) {
+  const auto n = parse_layer_tensor(name, names);
+  return n && is_expert_rest(n->rest, names);
 }
-bool is_router(const std::string& name) {
-  return name.ends_with(".mlp.gate.weight") && name.starts_with("model.layers.");
+bool is_router(const std::string& name, const MoeTensorNames& names) {
+  const auto n = parse_layer_tensor(name, names);
+  return n && n->rest == names.router;
 }
 
 // config.json of the pruned model (num_experts in the source's form, the
 // kept ids composed with an earlier prune).
-nlohmann::json pruned_config(const nlohmann::json& src, const Qwen3MoeConfig& cfg,
+nlohmann::json pruned_config(const nlohmann::json& src, const ModelSpec& cfg,
                              const std::vector<std::vector<int32_t>>& kept, int64_t keep) {
   int64_t from = cfg.num_experts;
   std::vector<std::vector<int64_t>> orig(kept.size());
@@ -86,18 +89,15 @@ nlohmann::json pruned_config(const nlohmann::json& src, const Qwen3MoeConfig& cf
   for (size_t l = 0; l < kept.size(); ++l)
     for (int32_t id : kept[l]) orig[l].push_back(prev ? (*prev)[l][size_t(id)].get<int64_t>() : id);
   nlohmann::json c = derived_config(src, {{"pruned_from", from}, {"kept_experts", orig}});
-  if (c.contains("num_experts")) c["num_experts"] = keep;
-  if (c.contains("num_local_experts")) c["num_local_experts"] = keep;
-  return c;
+  return cfg.arch->with_num_experts(c, keep);
 }
 
-void check_kept(const Checkpoint& ck, const Qwen3MoeConfig& cfg,
+void check_kept(const Checkpoint& ck, const ModelSpec& cfg,
                 const std::vector<std::vector<int32_t>>& kept, int64_t& keep) {
-  check(int64_t(kept.size()) == cfg.num_hidden_layers,
-        "{}: kept experts for {} layers, model has {}", ck.dir().string(), kept.size(),
-        cfg.num_hidden_layers);
+  check(int64_t(kept.size()) == cfg.num_layers, "{}: kept experts for {} layers, model has {}",
+        ck.dir().string(), kept.size(), cfg.num_layers);
   keep = -1;
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const auto& ids = kept[size_t(l)];
     if (!cfg.is_moe_layer(l)) {
       check(ids.empty(), "{}: layer {} is dense but has kept experts", ck.dir().string(), l);
@@ -118,21 +118,21 @@ void check_kept(const Checkpoint& ck, const Qwen3MoeConfig& cfg,
 
 }  // namespace
 
-void check_keep(const Qwen3MoeConfig& cfg, int64_t keep, const fs::path& config_file) {
+void check_keep(const ModelSpec& cfg, int64_t keep, const fs::path& config_file) {
   check(keep >= 1, "--keep: {} must be at least 1 (and at least num_experts_per_tok {})", keep,
-        cfg.num_experts_per_tok);
+        cfg.experts_per_token);
   check(keep <= cfg.num_experts, "--keep: {} exceeds num_experts {} of {}", keep, cfg.num_experts,
         config_file.string());
-  check(keep >= cfg.num_experts_per_tok,
+  check(keep >= cfg.experts_per_token,
         "--keep: {} is less than num_experts_per_tok {} of {} (every token routes to that many "
         "experts)",
-        keep, cfg.num_experts_per_tok, config_file.string());
+        keep, cfg.experts_per_token, config_file.string());
 }
 
 PruneReport prune_checkpoint(const Checkpoint& ck, const std::vector<std::vector<int32_t>>& kept,
                              const fs::path& out, ConvertControl control) {
   require_valid(ck.dir());
-  const Qwen3MoeConfig cfg = parse_qwen3_moe_config(ck.config(), ck.dir() / "config.json");
+  const ModelSpec cfg = model_spec(ck);
   PruneReport rep;
   check_kept(ck, cfg, kept, rep.keep);
   rep.from = cfg.num_experts;
@@ -144,23 +144,24 @@ PruneReport prune_checkpoint(const Checkpoint& ck, const std::vector<std::vector
   }
   DerivedCheckpointWriter w(ck, out, control);
   const auto order = tensors_in_file_order(ck);
-  const auto rec_shard = record_shards(order, cfg.num_experts);
+  const MoeTensorNames& names = cfg.names();
+  const auto rec_shard = record_shards(order, cfg.num_experts, names);
   auto dest = [&](const TensorInfo& t) {  // per-expert tensors go with their record
-    const auto n = parse_layer_tensor(t.name);
+    const auto n = parse_layer_tensor(t.name, names);
     return n && n->expert >= 0 ? rec_shard.at(record_key(n->layer, n->expert)) : t.shard;
   };
   for (uint32_t s = 0; s < ck.shards().size(); ++s) {
     std::vector<OutTensor> tensors;
     for (const TensorInfo* t : order) {
       if (dest(*t) != s) continue;
-      if (is_expert_tensor(t->name)) rep.expert_bytes_before += t->nbytes();
-      if (is_router(t->name)) rep.router_bytes_before += t->nbytes();
+      if (is_expert_tensor(t->name, names)) rep.expert_bytes_before += t->nbytes();
+      if (is_router(t->name, names)) rep.router_bytes_before += t->nbytes();
       const size_t before = tensors.size();
       prune_tensor(ck, cfg, *t, kept, new_id, tensors);
       for (size_t i = before; i < tensors.size(); ++i) {
         const auto& o = tensors[i].t;
-        if (is_expert_tensor(o.name)) rep.expert_bytes_after += o.data.size();
-        if (is_router(o.name)) rep.router_bytes_after += o.data.size();
+        if (is_expert_tensor(o.name, names)) rep.expert_bytes_after += o.data.size();
+        if (is_router(o.name, names)) rep.router_bytes_after += o.data.size();
         w.tick();
       }
     }
@@ -183,15 +184,15 @@ int64_t parse_keep(std::string_view text, int64_t num_experts) {
 PruneReport prune_checkpoint(const fs::path& dir, const fs::path& trace, std::string_view keep_text,
                              const fs::path& out, ConvertControl control) {
   auto ck = Checkpoint::open(dir);
-  const Qwen3MoeConfig cfg = parse_qwen3_moe_config(ck->config(), dir / "config.json");
+  const ModelSpec cfg = model_spec(*ck);
   const int64_t keep = parse_keep(keep_text, cfg.num_experts);
   check_keep(cfg, keep, dir / "config.json");
   const ExpertUsage u = read_expert_usage(trace, cfg);
   auto kept = most_used_experts(u, cfg, keep);
   PruneReport rep = prune_checkpoint(*ck, kept, out, control);
   rep.usage_source = u.source;
-  rep.coverage.assign(size_t(cfg.num_hidden_layers), -1.0);
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+  rep.coverage.assign(size_t(cfg.num_layers), -1.0);
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
     if (!cfg.is_moe_layer(l)) continue;
     double all = 0, in = 0;
     for (double c : u.counts[size_t(l)]) all += c;

@@ -2,7 +2,7 @@
 // MoE layer (docs/prune-repack.md).
 //
 // The output has num_experts = K (the config field in the source's own form),
-// router rows of the kept experts only (mlp.gate.weight [K, H]), the kept
+// router rows of the kept experts only (the router [K, H]), the kept
 // experts renumbered 0..K-1 in ascending original id, in their own encoding,
 // byte for byte; every other tensor is copied byte for byte. config.json gains
 // "moetier": {"pruned_from": N, "kept_experts": [[original ids per layer]]}
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "convert/output.h"
-#include "model/qwen3_moe.h"
+#include "model/spec.h"
 
 namespace moetier {
 
@@ -42,7 +42,7 @@ struct PruneReport {
 int64_t parse_keep(std::string_view text, int64_t num_experts);
 
 // Throws Error unless num_experts_per_tok <= keep <= num_experts.
-void check_keep(const Qwen3MoeConfig& cfg, int64_t keep, const std::filesystem::path& config_file);
+void check_keep(const ModelSpec& cfg, int64_t keep, const std::filesystem::path& config_file);
 
 // Prunes DIR to the `keep` most-used experts per layer (parse_keep: "26" or
 // "40%"), by the counts of `trace` (convert/usage.h), into OUT (which must

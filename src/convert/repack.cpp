@@ -15,6 +15,7 @@
 #include "format/safetensors.h"
 #include "kernels/cb3.h"
 #include "kernels/cpu/cpu.h"
+#include "model/architecture.h"
 #include "runtime/mapped_experts.h"
 
 namespace moetier {
@@ -22,16 +23,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kProjNames[3] = {"gate_proj", "up_proj", "down_proj"};
-
-std::string layout_name(const Checkpoint& ck, int64_t layer) {
-  switch (detect_expert_layout(ck, layer)) {
+std::string layout_name(const Checkpoint& ck, const MoeTensorNames& n, int64_t layer) {
+  switch (detect_expert_layout(ck, n, layer)) {
     case ExpertLayout::Stacked:
-      return fmt::format(
-          "stacked {}", dtype_name(ck.get(layer_prefix(layer) + "mlp.experts.gate_up_proj").dtype));
+      return fmt::format("stacked {}",
+                         dtype_name(ck.get(n.experts_prefix(layer) + n.stacked_gate_up).dtype));
     case ExpertLayout::PerExpert:
       return std::string(
-          dtype_name(ck.get(layer_prefix(layer) + "mlp.experts.0.gate_proj.weight").dtype));
+          dtype_name(ck.get(n.experts_prefix(layer) + "0." + n.projs[0] + ".weight").dtype));
     case ExpertLayout::PerExpertMxfp4:
       return "mxfp4";
     case ExpertLayout::PerExpertCb3:
@@ -42,7 +41,8 @@ std::string layout_name(const Checkpoint& ck, int64_t layer) {
 
 struct Repacker {
   const Checkpoint& ck;
-  const Qwen3MoeConfig& cfg;
+  const ModelSpec& cfg;
+  const MoeTensorNames& names;
   const RepackOptions& opt;
   DerivedCheckpointWriter& w;
   MappedExperts src;
@@ -52,9 +52,9 @@ struct Repacker {
   std::map<int64_t, uint32_t> rec_shard;  // record_key(layer, expert) -> output shard
   int64_t logged_layer = -1;
 
-  Repacker(const Checkpoint& c, const Qwen3MoeConfig& f, const RepackOptions& o,
+  Repacker(const Checkpoint& c, const ModelSpec& f, const RepackOptions& o,
            DerivedCheckpointWriter& wr)
-      : ck(c), cfg(f), opt(o), w(wr), src(c, f) {}
+      : ck(c), cfg(f), names(f.names()), opt(o), w(wr), src(c, f) {}
 
   // Row-wise decode of a source matrix to f32; throws on NaN/Inf.
   void decode(const MatView& m, const std::string& name) {
@@ -73,12 +73,12 @@ struct Repacker {
   // output tensors.
   void emit(int64_t layer, int64_t expert, int p, std::vector<OutTensor>& out) {
     if (opt.log && layer != logged_layer)
-      opt.log(fmt::format("repack: layer {} of {}", layer + 1, cfg.num_hidden_layers));
+      opt.log(fmt::format("repack: layer {} of {}", layer + 1, cfg.num_layers));
     logged_layer = layer;
     const ExpertView& v = src.view(layer, int32_t(expert));
     const MatView& m = p == 0 ? v.gate : p == 1 ? v.up : v.down;
     const std::string base =
-        fmt::format("model.layers.{}.mlp.experts.{}.{}.", layer, expert, kProjNames[p]);
+        fmt::format("{}{}.{}.", names.experts_prefix(layer), expert, names.projs[size_t(p)]);
     decode(m, base + "weight");
     std::vector<float> cw;
     if (calib) cw = calib->weights(layer, expert, p == 2);
@@ -106,9 +106,9 @@ struct Repacker {
   // The output tensors of shard s that come from source tensor t (expert
   // records go to the shard of their first source tensor).
   void convert(const TensorInfo& t, uint32_t s, std::vector<OutTensor>& out) {
-    const auto n = parse_layer_tensor(t.name);
-    const bool expert = n && n->layer < cfg.num_hidden_layers && cfg.is_moe_layer(n->layer) &&
-                        n->rest.starts_with("mlp.experts.");
+    const auto n = parse_layer_tensor(t.name, names);
+    const bool expert = n && n->layer < cfg.num_layers && cfg.is_moe_layer(n->layer) &&
+                        is_expert_rest(n->rest, names);
     if (!expert) {
       if (t.shard != s) return;
       OutTensor o;
@@ -118,22 +118,22 @@ struct Repacker {
     }
     if (t.shard == s) rep.expert_bytes_before += t.nbytes();
     auto mine = [&](int64_t e) { return rec_shard.at(record_key(n->layer, e)) == s; };
-    if (n->rest == "mlp.experts.gate_up_proj") {
+    if (n->rest == names.experts + names.stacked_gate_up) {
       for (int64_t e = 0; e < cfg.num_experts; ++e)
         if (mine(e)) emit(n->layer, e, 0, out), emit(n->layer, e, 1, out);
-    } else if (n->rest == "mlp.experts.down_proj") {
+    } else if (n->rest == names.experts + names.stacked_down) {
       for (int64_t e = 0; e < cfg.num_experts; ++e)
         if (mine(e)) emit(n->layer, e, 2, out);
     } else if (n->expert >= 0 && mine(n->expert)) {
       for (int p = 0; p < 3; ++p)
-        if (n->part == fmt::format("{}.weight", kProjNames[p])) emit(n->layer, n->expert, p, out);
+        if (n->part == names.projs[size_t(p)] + ".weight") emit(n->layer, n->expert, p, out);
       // *.scale (MXFP4) is folded into the codebook fit of its weight.
     }
   }
 
   void run() {
     const auto order = tensors_in_file_order(ck);
-    rec_shard = record_shards(order, cfg.num_experts);
+    rec_shard = record_shards(order, cfg.num_experts, names);
     for (uint32_t s = 0; s < ck.shards().size(); ++s) {
       std::vector<OutTensor> tensors;
       for (const TensorInfo* t : order) convert(*t, s, tensors);
@@ -164,11 +164,11 @@ RepackReport repack_checkpoint(const fs::path& dir, const fs::path& out, const R
         opt.iterations);
   require_valid(dir);
   auto ck = Checkpoint::open(dir);
-  const Qwen3MoeConfig cfg = parse_qwen3_moe_config(ck->config(), dir / "config.json");
+  const ModelSpec cfg = model_spec(*ck);
   std::string source;
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
     if (!cfg.is_moe_layer(l)) continue;
-    const std::string enc = layout_name(*ck, l);
+    const std::string enc = layout_name(*ck, cfg.names(), l);
     check(enc != "cb3", "{}: layer {}: experts are already cb3", dir.string(), l);
     if (source.empty()) source = enc;
   }
@@ -184,7 +184,7 @@ RepackReport repack_checkpoint(const fs::path& dir, const fs::path& out, const R
     r.calib = &*calib;
     r.rep.calib_tokens = calib->tokens();
     r.rep.calib_windows = calib->windows();
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    for (int64_t l = 0; l < cfg.num_layers; ++l)
       for (int64_t e = 0; cfg.is_moe_layer(l) && e < cfg.num_experts; ++e)
         r.rep.calib_unrouted += calib->routed(l, e) == 0;
   }

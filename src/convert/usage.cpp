@@ -19,12 +19,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::vector<int64_t> moe_layers(const Qwen3MoeConfig& cfg) {
-  std::vector<int64_t> out;
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-    if (cfg.is_moe_layer(l)) out.push_back(l);
-  return out;
-}
+std::vector<int64_t> moe_layers(const ModelSpec& cfg) { return cfg.moe_layers(); }
 
 // First non-blank byte of the file is '{'.
 bool looks_like_json(const fs::path& p) {
@@ -60,29 +55,27 @@ std::vector<double> counts_of(const json& a, const std::string& file, int64_t la
 }
 
 // "layers": [{"layer": L, "uses": [...]}, ...] (moetier trace's TRACE.json).
-void from_summary(const json& layers, const std::string& file, const Qwen3MoeConfig& cfg,
+void from_summary(const json& layers, const std::string& file, const ModelSpec& cfg,
                   ExpertUsage& u) {
   for (const json& entry : layers) {
     check(entry.is_object() && entry.contains("layer") && entry["layer"].is_number_integer() &&
               entry.contains("uses"),
           "{}: field 'layers': every entry needs an integer 'layer' and 'uses'", file);
     const int64_t l = entry["layer"].get<int64_t>();
-    check(l >= 0 && l < cfg.num_hidden_layers && cfg.is_moe_layer(l),
-          "{}: layer {} is not a MoE layer of the model ({} layers)", file, l,
-          cfg.num_hidden_layers);
+    check(l >= 0 && l < cfg.num_layers && cfg.is_moe_layer(l),
+          "{}: layer {} is not a MoE layer of the model ({} layers)", file, l, cfg.num_layers);
     check(u.counts[size_t(l)].empty(), "{}: layer {} appears twice", file, l);
     u.counts[size_t(l)] = counts_of(entry["uses"], file, l, cfg.num_experts);
   }
 }
 
 // "layers": [[...], ...]: one list per layer, or one per MoE layer.
-void from_plain(const json& layers, const std::string& file, const Qwen3MoeConfig& cfg,
-                ExpertUsage& u) {
+void from_plain(const json& layers, const std::string& file, const ModelSpec& cfg, ExpertUsage& u) {
   const auto moe = moe_layers(cfg);
-  const bool per_layer = int64_t(layers.size()) == cfg.num_hidden_layers;
+  const bool per_layer = int64_t(layers.size()) == cfg.num_layers;
   check(per_layer || layers.size() == moe.size(),
         "{}: field 'layers': {} lists, expected {} (one per layer) or {} (one per MoE layer)", file,
-        layers.size(), cfg.num_hidden_layers, moe.size());
+        layers.size(), cfg.num_layers, moe.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     const int64_t l = per_layer ? int64_t(i) : moe[i];
     if (!cfg.is_moe_layer(l)) {
@@ -94,7 +87,7 @@ void from_plain(const json& layers, const std::string& file, const Qwen3MoeConfi
   }
 }
 
-void from_json(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage& u) {
+void from_json(const fs::path& p, const ModelSpec& cfg, ExpertUsage& u) {
   std::string problem;
   auto j = read_json_file(p, problem);
   check(j.has_value(), "{}", problem);
@@ -117,13 +110,13 @@ void from_json(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage& u) {
     from_plain(layers, file, cfg, u);
 }
 
-void from_trace(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage& u) {
+void from_trace(const fs::path& p, const ModelSpec& cfg, ExpertUsage& u) {
   const Trace t = read_trace(p);
   const TraceModel& m = t.header.model;
-  check(m.num_experts == cfg.num_experts && m.num_layers == cfg.num_hidden_layers &&
+  check(m.num_experts == cfg.num_experts && m.num_layers == cfg.num_layers &&
             m.moe_layers == moe_layers(cfg),
         "{}: traced a model with {} layers of {} experts, this one has {} of {}", p.string(),
-        m.num_layers, m.num_experts, cfg.num_hidden_layers, cfg.num_experts);
+        m.num_layers, m.num_experts, cfg.num_layers, cfg.num_experts);
   const UseCounts c = count_uses(t);
   for (int64_t l : m.moe_layers) {
     auto& v = u.counts[size_t(l)];
@@ -132,7 +125,7 @@ void from_trace(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage& u) {
 }
 
 // The ranking text of moetier trace: "LAYER EXPERT USES" per line, '#' comments.
-bool from_ranking_text(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage& u) {
+bool from_ranking_text(const fs::path& p, const ModelSpec& cfg, ExpertUsage& u) {
   std::ifstream in(p);
   std::string line;
   int64_t lineno = 0, entries = 0;
@@ -148,10 +141,10 @@ bool from_ranking_text(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage
       if (entries == 0) return false;  // not a ranking file at all
       fail("{}: line {}: expected 'LAYER EXPERT USES'", p.string(), lineno);
     }
-    check(l >= 0 && l < cfg.num_hidden_layers && cfg.is_moe_layer(l) && e >= 0 &&
-              e < cfg.num_experts && std::isfinite(uses) && uses >= 0,
+    check(l >= 0 && l < cfg.num_layers && cfg.is_moe_layer(l) && e >= 0 && e < cfg.num_experts &&
+              std::isfinite(uses) && uses >= 0,
           "{}: line {}: layer {} expert {} uses {} is not in the model ({} layers of {} experts)",
-          p.string(), lineno, l, e, uses, cfg.num_hidden_layers, cfg.num_experts);
+          p.string(), lineno, l, e, uses, cfg.num_layers, cfg.num_experts);
     auto& c = u.counts[size_t(l)];
     c.resize(size_t(cfg.num_experts), 0.0);
     c[size_t(e)] += uses;
@@ -162,12 +155,12 @@ bool from_ranking_text(const fs::path& p, const Qwen3MoeConfig& cfg, ExpertUsage
 
 }  // namespace
 
-ExpertUsage read_expert_usage(const fs::path& trace, const Qwen3MoeConfig& cfg) {
+ExpertUsage read_expert_usage(const fs::path& trace, const ModelSpec& cfg) {
   std::error_code ec;
   check(fs::is_regular_file(trace, ec),
         "{}: cannot open (expected a trace, its .json summary, or a ranking file)", trace.string());
   ExpertUsage u;
-  u.counts.resize(size_t(cfg.num_hidden_layers));
+  u.counts.resize(size_t(cfg.num_layers));
   fs::path summary = trace;
   summary += ".json";
   if (looks_like_json(trace)) {
@@ -190,10 +183,10 @@ ExpertUsage read_expert_usage(const fs::path& trace, const Qwen3MoeConfig& cfg) 
   return u;
 }
 
-std::vector<std::vector<int32_t>> most_used_experts(const ExpertUsage& u, const Qwen3MoeConfig& cfg,
+std::vector<std::vector<int32_t>> most_used_experts(const ExpertUsage& u, const ModelSpec& cfg,
                                                     int64_t keep) {
-  std::vector<std::vector<int32_t>> kept(size_t(cfg.num_hidden_layers));
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+  std::vector<std::vector<int32_t>> kept(size_t(cfg.num_layers));
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
     if (!cfg.is_moe_layer(l)) continue;
     const auto& c = u.counts.at(size_t(l));
     check(int64_t(c.size()) == cfg.num_experts && keep >= 1 && keep <= cfg.num_experts,

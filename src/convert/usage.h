@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "model/qwen3_moe.h"
+#include "model/spec.h"
 
 namespace moetier {
 
@@ -26,11 +26,11 @@ struct ExpertUsage {
 
 // Throws Error naming the file (and the layer) when the counts do not match
 // the model (layer set, experts per layer, negative or non-numeric counts).
-ExpertUsage read_expert_usage(const std::filesystem::path& trace, const Qwen3MoeConfig& cfg);
+ExpertUsage read_expert_usage(const std::filesystem::path& trace, const ModelSpec& cfg);
 
 // The `keep` most-used experts of every MoE layer, ascending by id (ties in
 // use go to the smaller id); empty lists for dense layers.
-std::vector<std::vector<int32_t>> most_used_experts(const ExpertUsage& u, const Qwen3MoeConfig& cfg,
+std::vector<std::vector<int32_t>> most_used_experts(const ExpertUsage& u, const ModelSpec& cfg,
                                                     int64_t keep);
 
 }  // namespace moetier

@@ -116,14 +116,14 @@ void lay_out(ExpertRecord& rec) {
 
 }  // namespace
 
-ExpertIndex ExpertIndex::build(const Checkpoint& ck, const Qwen3MoeConfig& cfg) {
+ExpertIndex ExpertIndex::build(const Checkpoint& ck, const ModelSpec& m) {
   ExpertIndexSpec spec;
-  spec.num_layers = cfg.num_hidden_layers;
-  spec.num_experts = cfg.num_experts;
-  spec.hidden = cfg.hidden_size;
-  spec.intermediate = cfg.moe_intermediate_size;
-  spec.is_moe_layer = [&cfg](int64_t l) { return cfg.is_moe_layer(l); };
-  spec.tensors = [&ck](int64_t l, int64_t e) { return expert_tensors(ck, l, e); };
+  spec.num_layers = m.num_layers;
+  spec.num_experts = m.num_experts;
+  spec.hidden = m.hidden_size;
+  spec.intermediate = m.expert_intermediate;
+  spec.is_moe_layer = [&m](int64_t l) { return m.is_moe_layer(l); };
+  spec.tensors = [&ck, &m](int64_t l, int64_t e) { return expert_tensors(ck, m, l, e); };
   return build(ck, spec);
 }
 

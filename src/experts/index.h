@@ -21,7 +21,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "experts/policy.h"
-#include "model/qwen3_moe.h"
+#include "model/spec.h"
 
 namespace moetier {
 
@@ -77,7 +77,7 @@ class ExpertIndex {
   // Builds the index, validating dtypes, shapes and sizes of every expert
   // tensor; throws Error naming the file and tensor.
   static ExpertIndex build(const Checkpoint& ck, const ExpertIndexSpec& spec);
-  static ExpertIndex build(const Checkpoint& ck, const Qwen3MoeConfig& cfg);
+  static ExpertIndex build(const Checkpoint& ck, const ModelSpec& spec);
 
   int64_t num_layers() const { return num_layers_; }
   int64_t num_experts() const { return num_experts_; }

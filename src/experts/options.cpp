@@ -11,7 +11,7 @@
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
 #include "io/sysinfo.h"
-#include "model/qwen3_moe.h"
+#include "model/spec.h"
 
 namespace moetier {
 
@@ -28,9 +28,9 @@ struct Sizing {
   std::string how;
 };
 
-Sizing size_hot(const ExpertIndex& ix, const Qwen3MoeConfig& cfg, const ExpertOptions& opt) {
+Sizing size_hot(const ExpertIndex& ix, const ModelSpec& cfg, const ExpertOptions& opt) {
   const size_t total = ix.total_experts(), slot = ix.slot_bytes();
-  const int64_t E = cfg.num_experts, k = cfg.num_experts_per_tok;
+  const int64_t E = cfg.num_experts, k = cfg.experts_per_token;
   check(opt.arena.empty() || opt.arena_experts < 0,
         "--arena and --arena-experts are alternatives; give one");
   check(opt.transient >= -1, "--transient: {} must not be negative", opt.transient);
@@ -86,7 +86,7 @@ size_t pinned_limit(size_t hot, int64_t k) {
   return hot > reserve ? hot - reserve : 0;
 }
 
-ArenaConfig resolve_arena_config(const ExpertIndex& ix, const Qwen3MoeConfig& cfg,
+ArenaConfig resolve_arena_config(const ExpertIndex& ix, const ModelSpec& cfg,
                                  const ExpertOptions& opt, std::string* summary) {
   const size_t total = ix.total_experts(), slot = ix.slot_bytes();
   Sizing s = size_hot(ix, cfg, opt);
@@ -101,8 +101,8 @@ ArenaConfig resolve_arena_config(const ExpertIndex& ix, const Qwen3MoeConfig& cf
         "--ranking: only used with --policy pinned");
   if (ac.policy == PolicyKind::Pinned) {
     check(!opt.ranking.empty(), "--policy pinned: needs --ranking FILE (from moetier trace)");
-    ac.ranking = read_ranking(opt.ranking, cfg.num_hidden_layers, cfg.num_experts);
-    ac.max_pinned = pinned_limit(s.hot, cfg.num_experts_per_tok);
+    ac.ranking = read_ranking(opt.ranking, cfg.num_layers, cfg.num_experts);
+    ac.max_pinned = pinned_limit(s.hot, cfg.experts_per_token);
   }
   check(opt.io == "auto" || opt.io == "uring" || opt.io == "pool",
         "--io: unknown reader '{}' (auto, uring, pool)", opt.io);
@@ -124,15 +124,14 @@ ArenaConfig resolve_arena_config(const ExpertIndex& ix, const Qwen3MoeConfig& cf
   return ac;
 }
 
-std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const Qwen3MoeConfig& cfg,
-                                                   const ExpertOptions& opt, ExpertStats* stats) {
+std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const ModelSpec& cfg,
+                                                   const ExpertOptions& opt, ExpertStats* stats,
+                                                   std::string* summary) {
   ExpertIndex ix = ExpertIndex::build(ck, cfg);
-  std::string summary;
-  ArenaConfig ac = resolve_arena_config(ix, cfg, opt, &summary);
+  std::string line;
+  ArenaConfig ac = resolve_arena_config(ix, cfg, opt, &line);
   auto p = std::make_unique<ArenaExperts>(std::move(ix), ac, stats);
-  if (!opt.quiet) {
-    std::fprintf(stderr, "moetier: %s, reader %s\n", summary.c_str(), p->reader().name().c_str());
-  }
+  if (summary) *summary = line + ", reader " + p->reader().name();
   return p;
 }
 

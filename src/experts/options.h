@@ -24,7 +24,7 @@
 namespace moetier {
 
 class Checkpoint;
-struct Qwen3MoeConfig;
+struct ModelSpec;
 
 struct ExpertOptions {
   std::string arena;           // --arena BYTES or N% ("" = not given)
@@ -50,14 +50,15 @@ size_t pinned_limit(size_t hot, int64_t k);
 
 // The arena configuration the options ask for, given the model; `summary` gets
 // one line describing the choice (and where defaults came from).
-ArenaConfig resolve_arena_config(const ExpertIndex& index, const Qwen3MoeConfig& cfg,
+ArenaConfig resolve_arena_config(const ExpertIndex& index, const ModelSpec& cfg,
                                  const ExpertOptions& opt, std::string* summary);
 
-// The arena-backed provider. stats may be null. Prints the summary line to
-// stderr unless opt.quiet. (opt.mapped is the caller's business: MappedExperts
-// lives in the runtime.)
-std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const Qwen3MoeConfig& cfg,
-                                                   const ExpertOptions& opt, ExpertStats* stats);
+// The arena-backed provider. stats may be null; `summary` (if given) gets one
+// line describing the sizes chosen and the reader. (opt.mapped is the
+// caller's business: MappedExperts lives in the runtime.)
+std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const ModelSpec& cfg,
+                                                   const ExpertOptions& opt, ExpertStats* stats,
+                                                   std::string* summary = nullptr);
 
 // --stats / --stats-json at the end of a run: prints stats.format() to stderr
 // and writes stats.to_json() to the file (atomically).

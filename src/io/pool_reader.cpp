@@ -1,8 +1,10 @@
 // The pread thread-pool reader. Protocol: read_batch() publishes the batch
 // under mu_ (bumping gen_), then works on it itself; workers that see a new
-// generation join in. Requests are claimed with next_.fetch_add, so each is
-// done by exactly one thread. read_batch() returns only when every request is
-// done and no worker is still inside the batch (active_ == 0).
+// generation join in while the batch is still published (batch_ non-empty,
+// so read_batch() cannot return before they leave). Requests are claimed with
+// next_.fetch_add, so each is done by exactly one thread. read_batch() returns
+// only when every request is done and no worker is still inside the batch
+// (active_ == 0), and unpublishes it in the same critical section.
 #include <fmt/format.h>
 
 #include <atomic>
@@ -75,6 +77,10 @@ class PoolReader final : public Reader {
       work_cv_.wait(lock, [&] { return stop_ || gen_ != seen; });
       if (stop_) return;
       seen = gen_;
+      // No batch in progress: read_batch already returned (it had done the
+      // batch alone). Joining now would claim, through next_, a request of the
+      // next batch and skip it, and that read_batch would wait forever.
+      if (batch_.empty()) continue;
       std::span<ReadRequest> reqs = batch_;
       ++active_;
       lock.unlock();

@@ -1,28 +1,64 @@
-// The architectures moetier runs, checked from config.json's model_type and
-// architectures fields. Every command makes this check before anything else
-// (parse_qwen3_moe_config starts with it), and `moetier check` reports the
-// same line, so a checkpoint check refuses is refused everywhere.
+// Architecture: the static side of a supported model family (no compute):
+// its names in config.json, the config parser, the tensor map and how its
+// checkpoints name their MoE tensors. Implementations live in
+// model/<arch>/; model/registry.cpp lists them (one line each). The forward
+// pass of an architecture is registered on the runtime side
+// (runtime/registry.cpp), by the same name.
+//
+// Thread-safety: architectures are immutable singletons.
 #pragma once
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "model/spec.h"
 
 namespace moetier {
 
-// Appends one line to `problems` and returns false unless config.json (parsed
-// as `config`, named `file`) names a supported architecture: model_type
-// "qwen3_moe" and/or architectures ["Qwen3MoeForCausalLM"]. The lines:
-//   FILE: architecture 'NAME' is not supported (supported: qwen3_moe)
-//   FILE: field 'model_type': missing (supported: qwen3_moe)
-//   FILE: field 'architectures': ...
-bool check_architecture(const nlohmann::json& config, const std::string& file,
-                        std::vector<std::string>& problems);
+class Checkpoint;
 
-// Throws Error with check_architecture's line when the architecture is not
-// supported.
-void require_supported_architecture(const nlohmann::json& config,
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+  // config.json's model_type ("qwen3_moe").
+  virtual std::string_view name() const = 0;
+  // config.json's `architectures` entries it accepts ("Qwen3MoeForCausalLM").
+  virtual std::vector<std::string_view> class_names() const = 0;
+  virtual const MoeTensorNames& names() const { return default_names_; }
+  // The spec config.json describes; every problem is appended as one line
+  // "FILE: field 'NAME': ..." (fields that did not parse keep sizes 0).
+  virtual ModelSpec parse(const nlohmann::json& config, const std::filesystem::path& file,
+                          std::vector<std::string>& problems) const = 0;
+  // Every non-expert tensor with its config-implied shape; empty when the
+  // config does not give the sizes (parse() reports why). Never throws.
+  virtual std::vector<TensorSpec> core_tensors(const nlohmann::json& config,
+                                               const std::filesystem::path& file) const = 0;
+  // config.json of a derived checkpoint with `n` experts per MoE layer.
+  virtual nlohmann::json with_num_experts(const nlohmann::json& config, int64_t n) const = 0;
+
+ private:
+  MoeTensorNames default_names_;
+};
+
+// Every registered architecture (model/registry.cpp).
+std::span<const Architecture* const> architectures();
+// "qwen3_moe" or "a, b" for messages.
+std::string supported_architectures();
+
+// The architecture config.json (`file`) names through model_type and/or
+// architectures; nullptr, with one line appended to problems, when it names
+// none that is supported (or names two that disagree).
+const Architecture* find_architecture(const nlohmann::json& config, const std::string& file,
+                                      std::vector<std::string>& problems);
+// Same, throwing Error with that line.
+const Architecture& architecture_of(const nlohmann::json& config,
                                     const std::filesystem::path& file);
+// architecture_of(ck's config.json), then parse; throws Error with the first
+// problem. Every command that computes calls this before anything else.
+ModelSpec model_spec(const Checkpoint& ck);
 
 }  // namespace moetier

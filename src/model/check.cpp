@@ -8,13 +8,11 @@
 
 #include "format/json_util.h"
 #include "format/safetensors.h"
-#include "model/qwen3_moe.h"
+#include "model/architecture.h"
 
 namespace moetier {
 
 namespace {
-
-constexpr const char* kProjs[] = {"gate_proj", "up_proj", "down_proj"};
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 bool is_byte(DType t) { return t == DType::U8 || t == DType::I8; }
@@ -36,13 +34,14 @@ std::optional<int64_t> take_index(std::string_view& s) {
 struct LayerExperts {
   const TensorInfo* gate_up = nullptr;  // stacked
   const TensorInfo* down = nullptr;     // stacked
-  // expert -> "gate_proj.weight" / "down_proj.scale" / ... -> tensor
+  // expert -> "PROJ.weight" / "PROJ.scale" / "PROJ.codebook" -> tensor
   std::map<int64_t, std::map<std::string, const TensorInfo*>> per;
 };
 
 struct Checker {
   const Checkpoint& ck;
-  const Qwen3MoeConfig& c;
+  const ModelSpec& c;
+  const MoeTensorNames& n;
   std::vector<std::string>& problems;
   std::map<int64_t, LayerExperts> experts;  // layer -> experts found
 
@@ -72,33 +71,32 @@ struct Checker {
   }
 
   void check_core() {
-    for (const auto& spec : qwen3_moe_core_tensors(c)) require(spec.name, spec.shape);
-    if (c.tie_word_embeddings && ck.find("lm_head.weight"))
-      require("lm_head.weight", {c.vocab_size, c.hidden_size});
+    for (const auto& spec : c.arch->core_tensors(ck.config(), ck.dir() / "config.json"))
+      if (!spec.optional || ck.find(spec.name)) require(spec.name, spec.shape);
   }
 
   void scan_tensor(const TensorInfo& t) {
     std::string_view s = t.name;
-    if (!s.starts_with("model.layers.")) return;
-    s.remove_prefix(13);
+    if (!s.starts_with(n.layers)) return;
+    s.remove_prefix(n.layers.size());
     auto layer = take_index(s);
     if (!layer) return;
-    if (*layer >= c.num_hidden_layers)
+    if (*layer >= c.num_layers)
       return add(file_of(t), t.name, "layer {} does not exist (num_hidden_layers {})", *layer,
-                 c.num_hidden_layers);
-    if (!s.starts_with("mlp.experts.")) return;
-    s.remove_prefix(12);
+                 c.num_layers);
+    if (!s.starts_with(n.experts)) return;
+    s.remove_prefix(n.experts.size());
     if (!c.is_moe_layer(*layer))
       return add(file_of(t), t.name,
                  "layer {} is a dense MLP layer (mlp_only_layers, "
                  "decoder_sparse_step) but has expert tensors",
                  *layer);
     LayerExperts& le = experts[*layer];
-    if (s == "gate_up_proj") return void(le.gate_up = &t);
-    if (s == "down_proj") return void(le.down = &t);
+    if (s == n.stacked_gate_up) return void(le.gate_up = &t);
+    if (s == n.stacked_down) return void(le.down = &t);
     auto e = take_index(s);
     bool known = false;
-    for (const char* p : kProjs)
+    for (const std::string& p : n.projs)
       known |= s == fmt::format("{}.weight", p) || s == fmt::format("{}.scale", p) ||
                s == fmt::format("{}.codebook", p);
     if (!e || !known) return add(file_of(t), t.name, "not an expert tensor of a supported layout");
@@ -108,14 +106,14 @@ struct Checker {
   }
 
   void check_stacked(int64_t layer, const LayerExperts& le) {
-    std::string p = layer_prefix(layer) + "mlp.experts.";
-    const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+    std::string p = n.experts_prefix(layer);
+    const int64_t E = c.num_experts, I = c.expert_intermediate, H = c.hidden_size;
     if (!le.per.empty())
       add(file_of(*(le.gate_up ? le.gate_up : le.down)),
-          p + (le.gate_up ? "gate_up_proj" : "down_proj"),
+          p + (le.gate_up ? n.stacked_gate_up : n.stacked_down),
           "layer {} also has per-expert tensors (one expert layout per layer)", layer);
-    require(p + "gate_up_proj", {E, 2 * I, H});
-    require(p + "down_proj", {E, H, I});
+    require(p + n.stacked_gate_up, {E, 2 * I, H});
+    require(p + n.stacked_down, {E, H, I});
   }
 
   enum class Enc { Plain, Mxfp4, Cb3 };
@@ -131,36 +129,37 @@ struct Checker {
           dtype_name(s->dtype), layer, enc_name(enc));
   }
 
-  // One projection [out, in] of one expert, named n + "weight" etc.
-  void check_proj(const std::string& n, int64_t out, int64_t in, Enc enc, int64_t layer) {
+  // One projection [out, in] of one expert, named p + "weight" etc.
+  void check_proj(const std::string& p, int64_t out, int64_t in, Enc enc, int64_t layer) {
     switch (enc) {
       case Enc::Cb3:
-        require(n + "weight", {out, (3 * in + 7) / 8}, is_u8, "U8 (cb3 packed 3-bit codes)");
-        require(n + "codebook", {out, 8}, is_f16, "F16 (cb3 codebook, 8 per row)");
-        return stray(n + "scale", "an MXFP4 scale", enc, layer);
+        require(p + "weight", {out, (3 * in + 7) / 8}, is_u8, "U8 (cb3 packed 3-bit codes)");
+        require(p + "codebook", {out, 8}, is_f16, "F16 (cb3 codebook, 8 per row)");
+        return stray(p + "scale", "an MXFP4 scale", enc, layer);
       case Enc::Mxfp4:
-        require(n + "weight", {out, in / 2}, is_byte, "U8 or I8 (MXFP4 e2m1 pairs)");
-        require(n + "scale", {out, in / 32}, is_scale, "F8_E8M0 or U8 (MXFP4 scales)");
-        return stray(n + "codebook", "a cb3 codebook", enc, layer);
+        require(p + "weight", {out, in / 2}, is_byte, "U8 or I8 (MXFP4 e2m1 pairs)");
+        require(p + "scale", {out, in / 32}, is_scale, "F8_E8M0 or U8 (MXFP4 scales)");
+        return stray(p + "codebook", "a cb3 codebook", enc, layer);
       case Enc::Plain:
-        require(n + "weight", {out, in});
-        stray(n + "scale", "an MXFP4 scale", enc, layer);
-        return stray(n + "codebook", "a cb3 codebook", enc, layer);
+        require(p + "weight", {out, in});
+        stray(p + "scale", "an MXFP4 scale", enc, layer);
+        return stray(p + "codebook", "a cb3 codebook", enc, layer);
     }
   }
 
   void check_per_expert(int64_t layer, const LayerExperts& le) {
-    std::string p = layer_prefix(layer) + "mlp.experts.";
-    // The layer's encoding follows its first expert: a gate_proj.codebook means
-    // CB3; else U8/I8 gate_proj.weight (or a scale) means MXFP4.
+    std::string p = n.experts_prefix(layer);
+    // The layer's encoding follows its first expert: a gate codebook means
+    // CB3; else a U8/I8 gate weight (or a scale) means MXFP4.
     const auto& first = le.per.begin()->second;
-    auto w = first.find("gate_proj.weight");
+    const std::string& gate = n.projs[0];
+    auto w = first.find(gate + ".weight");
     Enc enc = Enc::Plain;
-    if (first.count("gate_proj.codebook"))
+    if (first.count(gate + ".codebook"))
       enc = Enc::Cb3;
-    else if (w != first.end() ? is_byte(w->second->dtype) : first.count("gate_proj.scale") > 0)
+    else if (w != first.end() ? is_byte(w->second->dtype) : first.count(gate + ".scale") > 0)
       enc = Enc::Mxfp4;
-    const int64_t I = c.moe_intermediate_size, H = c.hidden_size;
+    const int64_t I = c.expert_intermediate, H = c.hidden_size;
     if (enc == Enc::Mxfp4 && (H % 32 || I % 32)) {
       problems.push_back(
           fmt::format("{}: field 'hidden_size': {} and moe_intermediate_size {} "
@@ -169,8 +168,8 @@ struct Checker {
       return;
     }
     for (int64_t e = 0; e < c.num_experts; ++e) {
-      for (const char* proj : kProjs) {
-        bool down = std::string_view(proj) == "down_proj";
+      for (const std::string& proj : n.projs) {
+        bool down = proj == n.projs[2];
         check_proj(fmt::format("{}{}.{}.", p, e, proj), down ? H : I, down ? I : H, enc, layer);
       }
     }
@@ -178,7 +177,7 @@ struct Checker {
 
   void check_experts() {
     for (const auto& t : ck.tensors()) scan_tensor(t);
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
       if (!c.is_moe_layer(l)) continue;
       const LayerExperts& le = experts[l];
       if (le.gate_up || le.down) {
@@ -186,7 +185,7 @@ struct Checker {
       } else if (!le.per.empty()) {
         check_per_expert(l, le);
       } else {
-        add(listing_file(), layer_prefix(l) + "mlp.experts.gate_up_proj",
+        add(listing_file(), n.experts_prefix(l) + n.stacked_gate_up,
             "missing (MoE layer {} has no expert tensors in any supported layout)", l);
       }
     }
@@ -194,18 +193,15 @@ struct Checker {
 };
 
 // The sizes tensor shapes derive from are all known.
-bool shapes_known(const Qwen3MoeConfig& c) {
-  bool dense = false;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) dense |= !c.is_moe_layer(l);
-  return c.vocab_size > 0 && c.hidden_size > 0 && c.num_hidden_layers > 0 &&
-         c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.head_dim > 0 &&
-         c.num_experts > 0 && c.moe_intermediate_size > 0 && (!dense || c.intermediate_size > 0);
+bool shapes_known(const ModelSpec& c) {
+  return c.vocab_size > 0 && c.hidden_size > 0 && c.num_layers > 0 && c.num_experts > 0 &&
+         c.expert_intermediate > 0;
 }
 
 // The "moetier" object that moetier prune / repack add to config.json
 // (docs/formats.md, "Derived checkpoints"): kept_experts lists, per layer, the
 // original ids of the experts kept (empty for dense layers), ascending.
-void check_derived(const nlohmann::json& j, const std::string& file, const Qwen3MoeConfig& c,
+void check_derived(const nlohmann::json& j, const std::string& file, const ModelSpec& c,
                    std::vector<std::string>& problems) {
   auto m = j.find("moetier");
   if (m == j.end() || m->is_null()) return;
@@ -219,9 +215,9 @@ void check_derived(const nlohmann::json& j, const std::string& file, const Qwen3
   if (from == m->end() || !from->is_number_integer() || from->get<int64_t>() < c.num_experts)
     return bad("pruned_from", fmt::format("must be an integer >= num_experts {}", c.num_experts));
   const int64_t n = from->get<int64_t>();
-  if (!kept->is_array() || int64_t(kept->size()) != c.num_hidden_layers)
-    return bad("kept_experts", fmt::format("expected a list of {} lists", c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  if (!kept->is_array() || int64_t(kept->size()) != c.num_layers)
+    return bad("kept_experts", fmt::format("expected a list of {} lists", c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
     const auto& ids = (*kept)[size_t(l)];
     const int64_t want = c.is_moe_layer(l) ? c.num_experts : 0;
     bool ok = ids.is_array() && int64_t(ids.size()) == want;
@@ -238,12 +234,12 @@ void check_all(const std::filesystem::path& dir, std::vector<std::string>& probl
   auto ck = Checkpoint::open(dir, problems);
   if (!ck->config().is_object()) return;  // config.json missing or broken: reported
   std::string cfg_file = (dir / "config.json").string();
-  // The architecture first (parse_qwen3_moe_config stops there when it is not
-  // supported): the same line every other command gives.
-  Qwen3MoeConfig c = parse_qwen3_moe_config(ck->config(), dir / "config.json", problems);
+  const Architecture* arch = find_architecture(ck->config(), cfg_file, problems);
+  if (!arch) return;
+  const ModelSpec c = arch->parse(ck->config(), dir / "config.json", problems);
   if (!shapes_known(c)) return;
   check_derived(ck->config(), cfg_file, c, problems);
-  Checker k{*ck, c, problems, {}};
+  Checker k{*ck, c, c.names(), problems, {}};
   k.check_core();
   k.check_experts();
 }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "format/safetensors.h"
+#include "model/architecture.h"
 #include "model/check.h"
 
 namespace moetier {
@@ -32,12 +33,19 @@ uint64_t expert_bytes(const Checkpoint& ck, const ExpertTensors& e, int64_t num_
   return b;
 }
 
-void count_experts(const Checkpoint& ck, const Qwen3MoeConfig& c, ModelInfo& m) {
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+// Whether `name` is an expert tensor of a layer (names.layers + "L." + names.experts...).
+bool is_expert_tensor(const std::string& name, const MoeTensorNames& n) {
+  if (!name.starts_with(n.layers)) return false;
+  const size_t dot = name.find('.', n.layers.size());
+  return dot != std::string::npos && name.compare(dot + 1, n.experts.size(), n.experts) == 0;
+}
+
+void count_experts(const Checkpoint& ck, const ModelSpec& c, ModelInfo& m) {
+  for (int64_t l = 0; l < c.num_layers; ++l) {
     if (!c.is_moe_layer(l)) continue;
     ++m.moe_layers;
     for (int64_t e = 0; e < c.num_experts; ++e) {
-      ExpertTensors t = expert_tensors(ck, l, e);
+      ExpertTensors t = expert_tensors(ck, c, l, e);
       uint64_t b = expert_bytes(ck, t, c.num_experts);
       auto& s = m.expert_encodings[encoding_of(ck, t)];
       ++s.experts;
@@ -50,7 +58,7 @@ void count_experts(const Checkpoint& ck, const Qwen3MoeConfig& c, ModelInfo& m) 
   // Stacked tensors divide with a remainder only if malformed; count all bytes.
   uint64_t all = 0;
   for (const auto& t : ck.tensors())
-    if (t.name.find(".mlp.experts.") != std::string::npos) all += t.nbytes();
+    if (is_expert_tensor(t.name, c.names())) all += t.nbytes();
   m.expert_bytes = std::max(m.expert_bytes, all);
 }
 
@@ -63,27 +71,27 @@ std::string count_str(int64_t n) {
 
 }  // namespace
 
-ModelInfo model_info(const Checkpoint& ck, const Qwen3MoeConfig& c) {
+ModelInfo model_info(const Checkpoint& ck, const ModelSpec& c) {
   ModelInfo m;
   m.dir = ck.dir().string();
-  m.architecture = "qwen3_moe";
+  m.architecture = std::string(c.arch->name());
   m.tensors = int64_t(ck.tensors().size());
   m.shards = int64_t(ck.shards().size());
   for (const auto& s : ck.shards()) m.file_bytes += s.file_size;
-  m.layers = c.num_hidden_layers;
+  m.layers = c.num_layers;
   m.experts_per_layer = c.num_experts;
-  m.experts_per_token = c.num_experts_per_tok;
+  m.experts_per_token = c.experts_per_token;
   for (const auto& t : ck.tensors()) {
-    if (t.name.find(".mlp.experts.") != std::string::npos) continue;
+    if (is_expert_tensor(t.name, c.names())) continue;
     m.core_bytes += t.nbytes();
     m.core_params += t.numel();
   }
   count_experts(ck, c, m);
   m.total_experts = m.moe_layers * c.num_experts;
-  m.params_per_expert = 3 * c.moe_intermediate_size * c.hidden_size;
+  m.params_per_expert = 3 * c.expert_intermediate * c.hidden_size;
   m.total_params = m.core_params + m.total_experts * m.params_per_expert;
-  m.active_params = m.core_params + m.moe_layers * c.num_experts_per_tok * m.params_per_expert;
-  m.kv_bytes_per_token = uint64_t(c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * 2);
+  m.active_params = m.core_params + m.moe_layers * c.experts_per_token * m.params_per_expert;
+  m.kv_bytes_per_token = c.kv_bytes_per_token;
   return m;
 }
 
@@ -95,8 +103,7 @@ ModelInfo model_info(const std::filesystem::path& dir) {
              ? fmt::format(" (and {} more problems; see 'moetier check')", problems.size() - 1)
              : std::string());
   auto ck = Checkpoint::open(dir);
-  Qwen3MoeConfig c = parse_qwen3_moe_config(ck->config(), dir / "config.json");
-  return model_info(*ck, c);
+  return model_info(*ck, model_spec(*ck));
 }
 
 MemoryPlan plan_memory(const ModelInfo& m, uint64_t budget, uint64_t headroom, int64_t context) {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/qwen3_moe.h"
+#include "model/spec.h"
 
 namespace moetier {
 
@@ -20,7 +20,7 @@ struct ExpertEncodingStats {
 
 struct ModelInfo {
   std::string dir;
-  std::string architecture;  // "qwen3_moe"
+  std::string architecture;  // the registry name
   int64_t tensors = 0, shards = 0;
   uint64_t file_bytes = 0;  // all shard files
   int64_t layers = 0, moe_layers = 0;
@@ -55,7 +55,7 @@ constexpr uint64_t kDefaultScratchBytes = 256ull << 20;
 
 // Counts and bytes of a checkpoint whose config parsed as `c`. Throws Error if
 // an MoE layer's experts are missing (check_checkpoint says more).
-ModelInfo model_info(const Checkpoint& ck, const Qwen3MoeConfig& c);
+ModelInfo model_info(const Checkpoint& ck, const ModelSpec& c);
 // Validates DIR (throws the first problem check_checkpoint finds), then model_info.
 ModelInfo model_info(const std::filesystem::path& dir);
 

@@ -32,14 +32,14 @@ WindowScore score_logits(std::span<const float> logits, int64_t vocab,
   return s;
 }
 
-WindowScore score_window(const Qwen3MoeModel& model, ExpertProvider& experts,
-                         std::span<const int32_t> tokens, KvCache& kv) {
+WindowScore score_window(Session& session, std::span<const int32_t> tokens) {
   check(tokens.size() >= 2, "score_window: a window needs at least 2 tokens, got {}",
         tokens.size());
   ForwardOptions fo;
   fo.all_logits = true;
-  const std::vector<float> logits = model.forward(tokens, 0, kv, experts, fo);  // [n, vocab]
-  return score_logits(logits, model.config().vocab_size, tokens);
+  session.rewind(0);
+  const std::vector<float>& logits = session.prefill(tokens, fo);  // [n, vocab]
+  return score_logits(logits, session.model().spec().vocab_size, tokens);
 }
 
 int64_t eval_window_count(int64_t n_ids, int64_t length, int64_t max_windows) {
@@ -48,17 +48,16 @@ int64_t eval_window_count(int64_t n_ids, int64_t length, int64_t max_windows) {
   return max_windows > 0 && max_windows < w ? max_windows : w;
 }
 
-std::vector<WindowScore> score_windows(const Qwen3MoeModel& model, ExpertProvider& experts,
+std::vector<WindowScore> score_windows(const Model& model, ExpertProvider& experts,
                                        std::span<const int32_t> ids, const EvalOptions& opt) {
   check(opt.window >= 2, "eval: window length {} must be at least 2", opt.window);
   const int64_t count = eval_window_count(int64_t(ids.size()), opt.window, opt.max_windows);
   check(count > 0, "eval: {} tokens are shorter than one window of {}", ids.size(), opt.window);
-  KvCache kv = KvCache::for_model(model.config(), opt.window);
+  Session session(model, experts, opt.window);
   std::vector<WindowScore> out;
   out.reserve(size_t(count));
   for (int64_t w = 0; w < count; ++w) {
-    out.push_back(
-        score_window(model, experts, ids.subspan(size_t(w * opt.window), size_t(opt.window)), kv));
+    out.push_back(score_window(session, ids.subspan(size_t(w * opt.window), size_t(opt.window))));
     if (opt.progress) opt.progress(w + 1, count);
   }
   return out;

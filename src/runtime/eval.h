@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "experts/provider.h"
-#include "runtime/kv_cache.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace moetier {
 
@@ -47,10 +47,9 @@ struct WindowScore {
 WindowScore score_logits(std::span<const float> logits, int64_t vocab,
                          std::span<const int32_t> tokens);
 
-// One window [n >= 2] from position 0: kv (capacity >= n) is reused, its
-// contents overwritten.
-WindowScore score_window(const Qwen3MoeModel& model, ExpertProvider& experts,
-                         std::span<const int32_t> tokens, KvCache& kv);
+// One window [n >= 2] from position 0 of the session (capacity >= n; it is
+// rewound first, its contents overwritten).
+WindowScore score_window(Session& session, std::span<const int32_t> tokens);
 
 // Whole windows of `length` in n_ids ids, at most max_windows (<= 0: no limit).
 int64_t eval_window_count(int64_t n_ids, int64_t length, int64_t max_windows);
@@ -64,7 +63,7 @@ struct EvalOptions {
 
 // Scores every window of ids (see the top of this file). Throws Error when
 // ids hold less than one window.
-std::vector<WindowScore> score_windows(const Qwen3MoeModel& model, ExpertProvider& experts,
+std::vector<WindowScore> score_windows(const Model& model, ExpertProvider& experts,
                                        std::span<const int32_t> ids, const EvalOptions& opt);
 
 struct ScoreSummary {

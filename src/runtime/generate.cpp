@@ -14,27 +14,24 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-GenerateStats generate(const Qwen3MoeModel& model, ExpertProvider& experts,
-                       std::span<const int32_t> prompt, const GenerateOptions& opt,
-                       const std::function<void(int32_t)>& on_token) {
+GenerateStats generate(Session& session, std::span<const int32_t> prompt,
+                       const GenerateOptions& opt, const std::function<void(int32_t)>& on_token) {
   check(!prompt.empty(), "generate: the prompt has no tokens");
   check(opt.max_new_tokens >= 0, "generate: max_new_tokens {} < 0", opt.max_new_tokens);
   GenerateStats st;
   st.prompt_tokens = int64_t(prompt.size());
   if (opt.max_new_tokens == 0) return st;
-  KvCache kv = KvCache::for_model(model.config(), st.prompt_tokens + opt.max_new_tokens);
   Sampler sampler(opt.sampling);
   ForwardOptions fo;
   fo.observer = opt.observer;
 
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits = model.forward(prompt, 0, kv, experts, fo);
+  const std::vector<float>* logits = &session.prefill(prompt, fo);
   st.prefill_seconds = seconds_since(t0);
 
-  int64_t pos = st.prompt_tokens;
   t0 = std::chrono::steady_clock::now();
   for (;;) {
-    const int32_t tok = sampler.sample(logits);
+    const int32_t tok = sampler.sample(*logits);
     if (std::find(opt.eos.begin(), opt.eos.end(), tok) != opt.eos.end()) {
       st.stopped_at_eos = true;
       break;
@@ -43,12 +40,17 @@ GenerateStats generate(const Qwen3MoeModel& model, ExpertProvider& experts,
     ++st.generated_tokens;
     if (on_token) on_token(tok);
     if (st.generated_tokens == opt.max_new_tokens) break;
-    const int32_t chunk[1] = {tok};
-    logits = model.forward(chunk, pos++, kv, experts, fo);
+    logits = &session.decode(tok, fo);
     ++st.decode_steps;
   }
   st.decode_seconds = seconds_since(t0);
   return st;
+}
+
+GenerateStats generate(const Model& model, ExpertProvider& experts, std::span<const int32_t> prompt,
+                       const GenerateOptions& opt, const std::function<void(int32_t)>& on_token) {
+  Session s(model, experts, std::max<int64_t>(1, int64_t(prompt.size()) + opt.max_new_tokens));
+  return generate(s, prompt, opt, on_token);
 }
 
 }  // namespace moetier

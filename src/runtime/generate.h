@@ -11,6 +11,7 @@
 #include "experts/provider.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
+#include "runtime/session.h"
 
 namespace moetier {
 
@@ -31,9 +32,15 @@ struct GenerateStats {
   std::vector<int32_t> tokens;  // the generated tokens (without eos)
 };
 
-// on_token runs after each token is sampled, before the next forward pass.
-GenerateStats generate(const Qwen3MoeModel& model, ExpertProvider& experts,
-                       std::span<const int32_t> prompt, const GenerateOptions& opt,
+// Prefills the prompt at the session's position, then decodes. on_token runs
+// after each token is sampled, before the next forward pass. The session
+// needs capacity for position + prompt + max_new_tokens - 1.
+GenerateStats generate(Session& session, std::span<const int32_t> prompt,
+                       const GenerateOptions& opt,
+                       const std::function<void(int32_t)>& on_token = {});
+// The same on a fresh session of model + experts.
+GenerateStats generate(const Model& model, ExpertProvider& experts, std::span<const int32_t> prompt,
+                       const GenerateOptions& opt,
                        const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace moetier

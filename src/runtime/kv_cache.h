@@ -1,5 +1,6 @@
-// KV cache for one sequence: f32, per layer [capacity, kv_heads, head_dim]
-// for keys and for values (keys stored after q/k-norm and RoPE).
+// KV cache for one sequence, in device memory (through the Backend): f32, per
+// layer [capacity, kv_heads, head_dim] for keys and for values (keys stored
+// after the architecture's key normalization and RoPE).
 //
 // size() is the number of valid positions. A forward pass over positions
 // [start, start + n) requires start <= size() (start < size() rewinds: later
@@ -8,16 +9,14 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+
+#include "backend/backend.h"
 
 namespace moetier {
 
-struct Qwen3MoeConfig;
-
 class KvCache {
  public:
-  KvCache(int64_t layers, int64_t capacity, int64_t kv_heads, int64_t head_dim);
-  static KvCache for_model(const Qwen3MoeConfig& cfg, int64_t capacity);
+  KvCache(Backend& be, int64_t layers, int64_t capacity, int64_t kv_heads, int64_t head_dim);
 
   int64_t layers() const { return layers_; }
   int64_t capacity() const { return capacity_; }
@@ -26,18 +25,17 @@ class KvCache {
   int64_t size() const { return size_; }
   void set_size(int64_t n);
   void clear() { size_ = 0; }
+  uint64_t bytes() const { return k_.bytes() + v_.bytes(); }
 
-  // [capacity, kv_heads, head_dim] of `layer`.
-  float* keys(int64_t layer) { return k_.data() + layer * layer_floats(); }
-  float* values(int64_t layer) { return v_.data() + layer * layer_floats(); }
-  const float* keys(int64_t layer) const { return k_.data() + layer * layer_floats(); }
-  const float* values(int64_t layer) const { return v_.data() + layer * layer_floats(); }
+  // [capacity, kv_heads, head_dim] of `layer`, device memory.
+  float* keys(int64_t layer) const { return k_.as<float>() + layer * layer_floats(); }
+  float* values(int64_t layer) const { return v_.as<float>() + layer * layer_floats(); }
 
  private:
   int64_t layer_floats() const { return capacity_ * kv_heads_ * head_dim_; }
   int64_t layers_, capacity_, kv_heads_, head_dim_;
   int64_t size_ = 0;
-  std::vector<float> k_, v_;  // [layers][capacity, kv_heads, head_dim]
+  DeviceBuffer k_, v_;  // [layers][capacity, kv_heads, head_dim]
 };
 
 }  // namespace moetier

@@ -6,10 +6,9 @@
 
 namespace moetier {
 
-ExpertView map_expert(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t layer,
-                      int64_t expert) {
-  const int64_t h = cfg.hidden_size, in = cfg.moe_intermediate_size, ne = cfg.num_experts;
-  const ExpertTensors t = expert_tensors(ck, layer, expert);
+ExpertView map_expert(const Checkpoint& ck, const ModelSpec& spec, int64_t layer, int64_t expert) {
+  const int64_t h = spec.hidden_size, in = spec.expert_intermediate, ne = spec.num_experts;
+  const ExpertTensors t = expert_tensors(ck, spec, layer, expert);
   ExpertView v;
   switch (t.layout) {
     case ExpertLayout::Stacked:
@@ -36,15 +35,15 @@ ExpertView map_expert(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t l
   return v;
 }
 
-MappedExperts::MappedExperts(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t max_batch)
-    : num_experts_(cfg.num_experts),
-      max_batch_(max_batch > 0 ? max_batch : cfg.num_experts),
-      views_(static_cast<size_t>(cfg.num_hidden_layers)) {
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    if (!cfg.is_moe_layer(l)) continue;
+MappedExperts::MappedExperts(const Checkpoint& ck, const ModelSpec& spec, int64_t max_batch)
+    : num_experts_(spec.num_experts),
+      max_batch_(max_batch > 0 ? max_batch : spec.num_experts),
+      views_(static_cast<size_t>(spec.num_layers)) {
+  for (int64_t l = 0; l < spec.num_layers; ++l) {
+    if (!spec.is_moe_layer(l)) continue;
     auto& layer = views_[size_t(l)];
     layer.reserve(static_cast<size_t>(num_experts_));
-    for (int64_t e = 0; e < num_experts_; ++e) layer.push_back(map_expert(ck, cfg, l, e));
+    for (int64_t e = 0; e < num_experts_; ++e) layer.push_back(map_expert(ck, spec, l, e));
   }
 }
 

@@ -1,6 +1,6 @@
 // MappedExperts: the ExpertProvider for a checkpoint that fits in memory.
 // Every expert of every MoE layer is a view into the Checkpoint's mmap, for
-// all three layouts (model/qwen3_moe.h): stacked f32/bf16 (gate/up are the
+// all four layouts (model/spec.h): stacked f32/bf16 (gate/up are the
 // first/second I rows of gate_up_proj[e]), per-expert f32/bf16,
 // per-expert MXFP4 and per-expert CB3. All views are built and validated (dtype, shape, bytes)
 // at construction, so acquire() only copies views.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "experts/provider.h"
-#include "model/qwen3_moe.h"
+#include "model/spec.h"
 
 namespace moetier {
 
@@ -23,7 +23,7 @@ class Checkpoint;
 class MappedExperts : public ExpertProvider {
  public:
   // max_batch <= 0: all experts of a layer in one acquire().
-  MappedExperts(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t max_batch = 0);
+  MappedExperts(const Checkpoint& ck, const ModelSpec& spec, int64_t max_batch = 0);
 
   int64_t max_batch() const override { return max_batch_; }
   // Throws Error for a dense layer, an id out of range or too many ids.
@@ -40,7 +40,6 @@ class MappedExperts : public ExpertProvider {
 };
 
 // One expert's views as stored in ck (no caching, full validation).
-ExpertView map_expert(const Checkpoint& ck, const Qwen3MoeConfig& cfg, int64_t layer,
-                      int64_t expert);
+ExpertView map_expert(const Checkpoint& ck, const ModelSpec& spec, int64_t layer, int64_t expert);
 
 }  // namespace moetier

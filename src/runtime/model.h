@@ -1,77 +1,71 @@
-// Qwen3MoeModel: the qwen3_moe forward pass on the CPU (HF transformers 5.17
-// modeling_qwen3_moe.py, computed in f32).
+// Model: the runtime side of an architecture (the forward pass), loaded from a
+// checkpoint onto a Backend by load_model (runtime/registry.cpp). Everything
+// outside runtime/<arch>/ (generate, eval, trace, calib, the session API, the
+// CLI) uses this interface and never names an architecture.
 //
-// Weights are views into the Checkpoint's read-only mmap (f32 / bf16 matrices
-// are not copied; norms and biases are decoded to small f32 vectors), so the
-// Checkpoint must outlive the model. Expert weights are never read here: the
-// forward pass obtains them through an ExpertProvider.
+// Per-sequence state (a KV cache today; compressed caches later) belongs to
+// the architecture: new_state() makes it, forward() advances it.
 //
-// Thread-safety: the model is immutable after load(); forward() may run for
-// different sequences (KvCache, ExpertProvider) from different threads, each
-// call using the thread pool inside its kernels.
+// Thread-safety: a Model is immutable after loading; forward() may run for
+// different sequences (states) from different threads only on different
+// backends (a Backend is driven by one thread at a time), each call using the
+// backend's threads inside its ops.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
-#include "core/tensor.h"
+#include "backend/backend.h"
 #include "experts/provider.h"
-#include "model/qwen3_moe.h"
-#include "runtime/kv_cache.h"
+#include "model/spec.h"
 #include "runtime/routing.h"
 
 namespace moetier {
 
 class Checkpoint;
 
-struct AttentionWeights {
-  MatView q, k, v, o;  // q [heads*hd, H], k/v [kv*hd, H], o [H, heads*hd]
-  std::vector<float> q_bias, k_bias, v_bias, o_bias;  // empty unless attention_bias
-  std::vector<float> q_norm, k_norm;                  // [head_dim]
-};
-
-struct LayerWeights {
-  std::vector<float> input_norm, post_attention_norm;  // [hidden]
-  AttentionWeights attn;
-  bool moe = false;
-  MatView router;          // moe: [num_experts, hidden]
-  MatView gate, up, down;  // dense mlp: [I, H], [I, H], [H, I]
-};
-
 struct ForwardOptions {
   bool all_logits = false;  // logits for every token of the chunk, not just the last
   const RoutingObserver* observer = nullptr;
 };
 
-class Qwen3MoeModel {
+// One sequence's state. start_pos rules: see KvCache (runtime/kv_cache.h).
+class SequenceState {
  public:
-  // Validates the config and every non-expert tensor (dtype, shape, bytes).
-  static Qwen3MoeModel load(const Checkpoint& ck);
-
-  const Qwen3MoeConfig& config() const { return cfg_; }
-  const Checkpoint& checkpoint() const { return *ck_; }
-  const LayerWeights& layer(int64_t i) const { return layers_[size_t(i)]; }
-
-  // Runs tokens [n] at positions start_pos.. start_pos+n-1 (see KvCache for
-  // the rules on start_pos). Returns logits [vocab] for the last token, or
-  // [n, vocab] with all_logits. Phase is Prefill when n > 1, else Decode.
-  std::vector<float> forward(std::span<const int32_t> tokens, int64_t start_pos, KvCache& kv,
-                             ExpertProvider& experts, const ForwardOptions& opt = {}) const;
-
- private:
-  Qwen3MoeModel() = default;
-  void attention(int64_t layer, float* x, int64_t n, int64_t start_pos, KvCache& kv) const;
-  void dense_mlp(int64_t layer, const float* xn, int64_t n, float* out) const;
-  void moe(int64_t layer, const float* xn, std::span<const int32_t> tokens, int64_t start_pos,
-           ExpertProvider& experts, const ForwardOptions& opt, float* out) const;
-
-  const Checkpoint* ck_ = nullptr;
-  Qwen3MoeConfig cfg_;
-  MatView embed_, lm_head_;        // [vocab, hidden]
-  std::vector<float> final_norm_;  // [hidden]
-  std::vector<float> inv_freq_;    // [head_dim / 2]
-  std::vector<LayerWeights> layers_;
+  virtual ~SequenceState() = default;
+  virtual int64_t size() const = 0;      // valid positions
+  virtual int64_t capacity() const = 0;  // positions it can hold
+  virtual uint64_t bytes() const = 0;    // device memory it holds
 };
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelSpec& spec() const = 0;
+  virtual const Checkpoint& checkpoint() const = 0;
+  virtual Backend& backend() const = 0;
+  // Device memory of the resident core (0 when used in place, as on the CPU).
+  virtual uint64_t core_device_bytes() const = 0;
+
+  // A fresh state for up to `capacity` positions.
+  virtual std::unique_ptr<SequenceState> new_state(int64_t capacity) const = 0;
+  // Runs tokens [n] at positions start_pos .. start_pos + n - 1. Returns
+  // logits [vocab] for the last token, or [n, vocab] with all_logits (host
+  // memory). Phase is Prefill when n > 1, else Decode. Throws Error for a
+  // token outside the vocabulary or positions outside the state.
+  virtual std::vector<float> forward(std::span<const int32_t> tokens, int64_t start_pos,
+                                     SequenceState& state, ExpertProvider& experts,
+                                     const ForwardOptions& opt = {}) const = 0;
+};
+
+// Loads the checkpoint's architecture (model_spec(ck) first: an unsupported
+// one is refused with `moetier check`'s line) onto `be`. The Checkpoint and
+// the Backend must outlive the model.
+std::unique_ptr<Model> load_model(const Checkpoint& ck, Backend& be);
+// The same on a process-wide CPU backend.
+std::unique_ptr<Model> load_model(const Checkpoint& ck);
+Backend& default_cpu_backend();
 
 }  // namespace moetier

@@ -4,11 +4,13 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu.h"
+#include "runtime/model.h"
+#include "runtime/workspace.h"
 
 namespace moetier {
 
-Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob) {
+Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, int64_t n, int64_t k,
+                           bool norm_topk_prob, Workspace& ws) {
   const int64_t ne = router.rows;
   check(k >= 1 && k <= ne, "router: top-k {} outside [1, {}] experts", k, ne);
   Routing r;
@@ -18,23 +20,27 @@ Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool 
   r.probs.resize(static_cast<size_t>(n * ne));
   r.experts.resize(static_cast<size_t>(n * k));
   r.weights.resize(static_cast<size_t>(n * k));
-  cpu::matmul(router, x, n, r.probs.data());  // logits [n, E]
-  std::vector<int32_t> order(static_cast<size_t>(ne));
-  for (int64_t t = 0; t < n; ++t) {
-    float* p = r.probs.data() + t * ne;
-    cpu::softmax(p, ne);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += p[order[size_t(j)]];
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t e = order[size_t(j)];
-      r.experts[size_t(t * k + j)] = e;
-      r.weights[size_t(t * k + j)] = norm_topk_prob ? p[e] / sum : p[e];
-    }
+  if (be.is_host()) {
+    be.matmul(router, x, n, r.probs.data());  // logits [n, E]
+    be.softmax_topk(r.probs.data(), n, ne, k, norm_topk_prob, r.probs.data(), r.experts.data(),
+                    r.weights.data());
+    return r;
   }
+  float* probs = ws.get(kRouterSlot, n * ne);         // [n, E]
+  int32_t* ids = ws.get_i32(kRouterSlot + 1, n * k);  // [n, k]
+  float* w = ws.get(kRouterSlot + 2, n * k);          // [n, k]
+  be.matmul(router, x, n, probs);
+  be.softmax_topk(probs, n, ne, k, norm_topk_prob, probs, ids, w);
+  be.to_host(r.probs.data(), probs, r.probs.size() * sizeof(float));
+  be.to_host(r.experts.data(), ids, r.experts.size() * sizeof(int32_t));
+  be.to_host(r.weights.data(), w, r.weights.size() * sizeof(float));
   return r;
+}
+
+Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob) {
+  Backend& be = default_cpu_backend();
+  Workspace ws(be);
+  return route_softmax_topk(be, router, x, n, k, norm_topk_prob, ws);
 }
 
 ExpertGroups group_by_expert(const Routing& r) {

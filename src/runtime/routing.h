@@ -1,6 +1,9 @@
-// qwen3_moe routing: router logits = gate.weight x, softmax in f32 over all
-// experts, top-k (descending probability, ties to the lower expert id as
-// torch.topk), optional renormalization of the k probabilities.
+// Routing of a chunk of tokens at one MoE layer (as every architecture
+// reports it), the observer that sees it, grouping by expert, and the
+// softmax top-k router that several architectures share: router logits =
+// gate.weight x, softmax in f32 over all experts, top-k (descending
+// probability, ties to the lower expert id as torch.topk), optional
+// renormalization of the k probabilities.
 //
 // The per-layer routing of every forward pass can be observed through a
 // RoutingObserver (the trace tool records it); the observer runs on the
@@ -12,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 #include "experts/provider.h"
 
@@ -24,7 +28,15 @@ struct Routing {
   std::vector<float> weights;    // [n_tokens, k] their weights (renormalized if asked)
 };
 
-// x [n, hidden]; router [num_experts, hidden].
+// Softmax top-k routing on `be`: x [n, hidden] device, router [E, hidden].
+// probs/experts/weights are copied to the host (the CPU backend writes them
+// there directly). Scratch for the device side comes from ws slots
+// kRouterSlot.. kRouterSlot + 2.
+class Workspace;
+constexpr size_t kRouterSlot = 16;
+Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, int64_t n, int64_t k,
+                           bool norm_topk_prob, Workspace& ws);
+// The same on the CPU backend with host x (tests, tools).
 Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob);
 
 struct RoutingEvent {

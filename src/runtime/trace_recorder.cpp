@@ -5,29 +5,29 @@
 
 #include "core/error.h"
 #include "format/safetensors.h"
-#include "runtime/kv_cache.h"
+#include "model/architecture.h"
+#include "runtime/session.h"
 
 namespace moetier {
 
-TraceModel trace_model_of(const Qwen3MoeModel& model) {
-  const Qwen3MoeConfig& c = model.config();
+TraceModel trace_model_of(const Model& model) {
+  const ModelSpec& c = model.spec();
   TraceModel m;
   m.dir = model.checkpoint().dir().string();
-  m.model_type = "qwen3_moe";
-  m.num_layers = c.num_hidden_layers;
+  m.model_type = std::string(c.arch->name());
+  m.num_layers = c.num_layers;
   m.num_experts = c.num_experts;
-  m.k = c.num_experts_per_tok;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.is_moe_layer(l)) m.moe_layers.push_back(l);
+  m.k = c.experts_per_token;
+  m.moe_layers = c.moe_layers();
   m.hidden = c.hidden_size;
-  m.moe_intermediate = c.moe_intermediate_size;
+  m.moe_intermediate = c.expert_intermediate;
   return m;
 }
 
-TraceRecorder::TraceRecorder(TraceWriter& writer, const Qwen3MoeConfig& cfg)
-    : writer_(writer), moe_index_(size_t(cfg.num_hidden_layers), -1), k_(cfg.num_experts_per_tok) {
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-    if (cfg.is_moe_layer(l)) moe_index_[size_t(l)] = int64_t(moe_count_++);
+TraceRecorder::TraceRecorder(TraceWriter& writer, const ModelSpec& spec)
+    : writer_(writer), moe_index_(size_t(spec.num_layers), -1), k_(spec.experts_per_token) {
+  for (int64_t l = 0; l < spec.num_layers; ++l)
+    if (spec.is_moe_layer(l)) moe_index_[size_t(l)] = int64_t(moe_count_++);
   seen_.assign(moe_count_, 0);
   observer_ = [this](const RoutingEvent& ev) { observe(ev); };
 }
@@ -63,22 +63,22 @@ void TraceRecorder::end_chunk(uint32_t sequence, uint16_t corpus, int64_t start_
   std::fill(seen_.begin(), seen_.end(), 0);
 }
 
-void TraceRecorder::run_window(const Qwen3MoeModel& model, ExpertProvider& experts,
+void TraceRecorder::run_window(const Model& model, ExpertProvider& experts,
                                std::span<const int32_t> prompt, int64_t decode, uint32_t sequence,
                                uint16_t corpus) {
   check(!prompt.empty() && decode >= 0, "trace: empty window");
-  const int64_t V = model.config().vocab_size;
-  KvCache kv = KvCache::for_model(model.config(), int64_t(prompt.size()) + decode);
+  const int64_t V = model.spec().vocab_size;
+  Session session(model, experts, int64_t(prompt.size()) + decode);
   ForwardOptions fo;
   fo.observer = &observer_;
-  std::vector<float> logits = model.forward(prompt, 0, kv, experts, fo);
+  const std::vector<float>* logits = &session.prefill(prompt, fo);
   end_chunk(sequence, corpus, 0, prompt);
   int64_t pos = int64_t(prompt.size());
   for (int64_t s = 0; s < decode; ++s, ++pos) {
     const int32_t next =
-        int32_t(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
+        int32_t(std::max_element(logits->begin(), logits->begin() + V) - logits->begin());
+    logits = &session.decode(next, fo);
     const int32_t one[1] = {next};
-    logits = model.forward(one, pos, kv, experts, fo);
     end_chunk(sequence, corpus, pos, one);
   }
 }

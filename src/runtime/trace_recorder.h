@@ -20,11 +20,11 @@ namespace moetier {
 
 // The model part of a trace header for `model` (no encodings: the caller adds
 // them, see expert_encoding_bytes).
-TraceModel trace_model_of(const Qwen3MoeModel& model);
+TraceModel trace_model_of(const Model& model);
 
 class TraceRecorder {
  public:
-  TraceRecorder(TraceWriter& writer, const Qwen3MoeConfig& cfg);
+  TraceRecorder(TraceWriter& writer, const ModelSpec& spec);
 
   const RoutingObserver& observer() const { return observer_; }
   // Appends the forward pass just observed (tokens at start_pos...).
@@ -34,9 +34,8 @@ class TraceRecorder {
   // One window: prefill `prompt` in one chunk, then `decode` greedy decode
   // steps (each feeds the previous argmax, lowest id on ties; eos is not
   // special). Records prompt.size() + decode tokens.
-  void run_window(const Qwen3MoeModel& model, ExpertProvider& experts,
-                  std::span<const int32_t> prompt, int64_t decode, uint32_t sequence,
-                  uint16_t corpus);
+  void run_window(const Model& model, ExpertProvider& experts, std::span<const int32_t> prompt,
+                  int64_t decode, uint32_t sequence, uint16_t corpus);
 
  private:
   void observe(const RoutingEvent& ev);

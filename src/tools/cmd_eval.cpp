@@ -32,9 +32,10 @@
 #include "format/safetensors_writer.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
+#include "model/architecture.h"
 #include "runtime/eval.h"
-#include "runtime/mapped_experts.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "tools/command.h"
 #include "tools/context.h"
 #include "tools/expert_flags.h"
@@ -53,6 +54,7 @@ struct EvalArgs {
   int threads = 0;
   std::string output;
   ExpertOptions experts;
+  std::string backend = "cpu";
 };
 
 struct Named {
@@ -173,7 +175,7 @@ void check_arms(const std::vector<Named>& arms, const EvalArgs& a) {
   for (const Named& arm : arms) {
     in_arm(arm, [&] {
       auto ck = Checkpoint::open(arm.path);
-      const Qwen3MoeConfig cfg = parse_qwen3_moe_config(ck->config(), arm.path / "config.json");
+      const ModelSpec cfg = model_spec(*ck);
       const ContextLimit lim = context_limit(a.ctx, cfg, arm.path, "--arm " + arm.name + ": ");
       check(a.max_tokens <= lim.tokens,
             "--max-tokens {} exceeds the context of {} ({}); lower --max-tokens or {}",
@@ -206,30 +208,27 @@ void progress_line(const std::string& arm, const std::string& corpus, int64_t do
 // Loads one arm, scores every corpus, releases the model on return.
 ArmResult score_arm(const Named& arm, const std::vector<Corpus>& corpora, const EvalArgs& a) {
   ArmResult r{arm, "mapped", {}, {}, json()};
-  auto ck = Checkpoint::open(arm.path);
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  const Qwen3MoeConfig& cfg = model.config();
+  EngineOptions eo;
+  eo.backend = a.backend;
+  eo.experts = a.experts;
+  eo.experts.mapped = !use_arena(a.experts);
+  eo.experts.quiet = true;
+  auto engine = Engine::open(arm.path, eo);
+  const ModelSpec& cfg = engine->spec();
   for (const Corpus& c : corpora)
     for (int32_t id : c.ids)
       check(id >= 0 && id < cfg.vocab_size,
             "--arm {} ({}): corpus {} has token id {}, outside the model's vocabulary [0, {})",
             arm.name, arm.path.string(), c.src.name, id, cfg.vocab_size);
 
-  ExpertStats stats;
-  std::unique_ptr<ExpertProvider> provider;
-  if (use_arena(a.experts)) {
-    r.store = arena_description(a.experts);
-    provider = make_expert_provider(*ck, cfg, a.experts, &stats);
-  } else {
-    provider = std::make_unique<MappedExperts>(*ck, cfg);
-  }
+  if (use_arena(a.experts)) r.store = arena_description(a.experts);
   for (const Corpus& c : corpora) {
-    EvalOptions eo;
-    eo.window = a.max_tokens;
-    eo.max_windows = c.windows;
-    eo.progress = [&](int64_t d, int64_t t) { progress_line(arm.name, c.src.name, d, t); };
+    EvalOptions ev;
+    ev.window = a.max_tokens;
+    ev.max_windows = c.windows;
+    ev.progress = [&](int64_t d, int64_t t) { progress_line(arm.name, c.src.name, d, t); };
     const auto t0 = std::chrono::steady_clock::now();
-    r.scores.push_back(score_windows(model, *provider, c.ids, eo));
+    r.scores.push_back(score_windows(engine->model(), engine->experts(), c.ids, ev));
     r.seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const double tokens = double(c.windows * a.max_tokens);
@@ -240,6 +239,7 @@ ArmResult score_arm(const Named& arm, const std::vector<Corpus>& corpora, const 
                  r.seconds.back() > 0 ? tokens / r.seconds.back() : 0.0);
   }
   if (use_arena(a.experts)) {
+    ExpertStats& stats = engine->stats();
     stats.sample_process_io();
     if (a.experts.stats) std::fputs(stats.format().c_str(), stderr);
     r.expert_stats = stats.to_json();
@@ -373,8 +373,9 @@ const Registrar kRegister([](CLI::App& app) {
   cmd->add_option("--windows", a->windows, "Score at most N windows per corpus (default: all)");
   add_ctx_option(*cmd, a->ctx);
   cmd->add_option("-t,--threads", a->threads,
-                  "CPU threads (default: OMP_NUM_THREADS, else all cores)");
+                  "CPU threads (default: MOETIER_THREADS, else the CPUs it may use)");
   cmd->add_option("-o,--output", a->output, "Write the JSON report to FILE");
+  cmd->add_option("--backend", a->backend, "Compute backend: cpu (default), cuda, cuda:N");
   add_expert_options(*cmd, a->experts);
   cmd->callback([a] { run_eval(*a); });
 });

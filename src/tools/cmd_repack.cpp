@@ -56,7 +56,7 @@ const Registrar kRegister([](CLI::App& app) {
                   "Tokens per calibration sequence (default 256)");
   cmd->add_option("--iterations", a->opt.iterations, "Lloyd iterations per row (default 16)");
   cmd->add_option("-t,--threads", a->threads,
-                  "CPU threads (default: OMP_NUM_THREADS, else all cores)");
+                  "CPU threads (default: MOETIER_THREADS, else the CPUs it may use)");
   cmd->add_option("-o,--output", a->out, "Output directory (must not exist)")->required();
   cmd->callback([a] { run_repack(*a); });
 });

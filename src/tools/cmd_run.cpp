@@ -1,6 +1,6 @@
 // moetier run DIR --prompt TEXT -n N [--ctx N --temp T --top-k K --top-p P
 //   --min-p M --seed S --threads T --ignore-eos]
-// Loads a qwen3_moe checkpoint, streams the generated text to stdout as tokens
+// Loads a checkpoint, streams the generated text to stdout as tokens
 // arrive, then prints one line of figures to stderr (prompt tokens and tok/s,
 // generated tokens and decode tok/s). Sampling: the checkpoint's
 // generation_config.json over llama.cpp's defaults, flags over both
@@ -15,10 +15,10 @@
 #include "format/safetensors.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
+#include "model/architecture.h"
 #include "runtime/generate.h"
 #include "runtime/generation_config.h"
-#include "runtime/mapped_experts.h"
-#include "runtime/model.h"
+#include "runtime/session.h"
 #include "tools/command.h"
 #include "tools/context.h"
 #include "tools/expert_flags.h"
@@ -35,7 +35,7 @@ struct RunArgs {
   CLI::Option *temp = nullptr, *top_k = nullptr, *top_p = nullptr, *min_p = nullptr;
   int threads = 0;
   bool ignore_eos = false;
-  ExpertOptions experts;  // --arena, --transient, --stats, ... (tools/expert_flags.h)
+  EngineOptions engine;  // --backend, --arena, --transient, --stats, ... (tools/expert_flags.h)
 };
 
 bool given(const CLI::Option* o) { return o && o->count() > 0; }
@@ -100,7 +100,7 @@ Sampling resolve_sampling(const RunArgs& a, const GenerationConfig& g) {
 }
 
 // Refuses, before any compute, a prompt + n that does not fit the context.
-void check_context(const RunArgs& a, const Qwen3MoeConfig& cfg, size_t prompt_tokens) {
+void check_context(const RunArgs& a, const ModelSpec& cfg, size_t prompt_tokens) {
   const ContextLimit lim = context_limit(a.ctx, cfg, a.dir);
   const int64_t total = int64_t(prompt_tokens) + a.n;
   check(total <= lim.tokens,
@@ -122,31 +122,28 @@ void print_figures(const GenerateStats& st) {
 void run(const RunArgs& a) {
   check(a.n >= 0, "-n: {} must not be negative", a.n);
   check(a.threads >= 0, "--threads: {} must not be negative", a.threads);
-  auto ck = Checkpoint::open(a.dir);                     // "DIR: no such directory", ...
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);  // refuses unsupported architectures
+  auto ck = Checkpoint::open(a.dir);       // "DIR: no such directory", ...
+  const ModelSpec spec = model_spec(*ck);  // refuses unsupported architectures
   const GenerationConfig gen = read_generation_config(ck->dir());
   const Sampling sampling = resolve_sampling(a, gen);
   Sampler check_settings(sampling.config);  // refuses bad values before the prompt is encoded
   Tokenizer tok = Tokenizer::load(a.dir);
   const std::vector<int32_t> prompt = tok.encode(a.prompt);
   check(!prompt.empty(), "--prompt: the prompt encodes to no tokens");
-  check_context(a, model.config(), prompt.size());
+  check_context(a, spec, prompt.size());
 
-  if (a.threads > 0) cpu::set_threads(a.threads);  // else OMP_NUM_THREADS or all cores
-  ExpertStats expert_stats;
-  std::unique_ptr<ExpertProvider> provider;
-  if (a.experts.mapped) {
-    provider = std::make_unique<MappedExperts>(*ck, model.config());
-  } else {
-    provider = make_expert_provider(*ck, model.config(), a.experts, &expert_stats);
-  }
+  if (a.threads > 0) cpu::set_threads(a.threads);  // else MOETIER_THREADS or the CPUs it may use
+  std::vector<std::string> log;
+  auto engine = Engine::open(std::move(ck), a.engine, &log);
+  for (const auto& line : log) std::fprintf(stderr, "moetier: %s\n", line.c_str());
   GenerateOptions go;
   go.max_new_tokens = a.n;
   go.sampling = sampling.config;
-  if (!a.ignore_eos) go.eos = find_eos(gen, *ck, tok);
+  if (!a.ignore_eos) go.eos = find_eos(gen, engine->checkpoint(), tok);
   std::fputs(sampling.line.c_str(), stderr);
   StreamDecoder out(tok);
-  const GenerateStats st = generate(model, *provider, prompt, go, [&](int32_t id) {
+  auto session = engine->new_session(std::max<int64_t>(1, int64_t(prompt.size()) + a.n));
+  const GenerateStats st = generate(*session, prompt, go, [&](int32_t id) {
     const std::string text = out.push(id);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
@@ -156,7 +153,7 @@ void run(const RunArgs& a) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   print_figures(st);
-  if (!a.experts.mapped) report_expert_stats(a.experts, expert_stats);
+  if (!engine->mapped()) report_expert_stats(a.engine.experts, engine->stats());
 }
 
 void add_sampling_options(CLI::App& cmd, RunArgs& a) {
@@ -188,9 +185,9 @@ const Registrar kRegister([](CLI::App& app) {
   add_ctx_option(*cmd, a->ctx);
   add_sampling_options(*cmd, *a);
   cmd->add_option("-t,--threads", a->threads,
-                  "CPU threads (default: OMP_NUM_THREADS, else all cores)");
+                  "CPU threads (default: MOETIER_THREADS, else the CPUs it may use)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at end-of-sequence tokens");
-  add_expert_options(*cmd, a->experts);
+  add_engine_options(*cmd, a->engine);
   cmd->callback([a] { run(*a); });
 });
 

@@ -114,10 +114,10 @@ std::string encoding_of(const ExpertIndex& ix) {
   return "unknown";
 }
 
-TraceHeader make_header(const TraceArgs& a, const Qwen3MoeModel& model, const Checkpoint& ck) {
+TraceHeader make_header(const TraceArgs& a, const Model& model, const Checkpoint& ck) {
   TraceHeader h;
   h.model = trace_model_of(model);
-  const ExpertIndex ix = ExpertIndex::build(ck, model.config());
+  const ExpertIndex ix = ExpertIndex::build(ck, model.spec());
   h.model.encoding = encoding_of(ix);
   h.model.expert_bytes = ix.expert_bytes();
   h.model.slot_bytes = ix.slot_bytes();
@@ -152,9 +152,10 @@ void check_args(const TraceArgs& a) {
 void trace(const TraceArgs& a) {
   check_args(a);
   if (a.threads > 0) cpu::set_threads(a.threads);
-  auto ck = Checkpoint::open(a.dir);                     // "DIR: no such directory", ...
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);  // refuses unsupported architectures
-  const ContextLimit lim = context_limit(a.ctx, model.config(), a.dir);
+  auto ck = Checkpoint::open(a.dir);                      // "DIR: no such directory", ...
+  const std::unique_ptr<Model> loaded = load_model(*ck);  // refuses unsupported architectures
+  const Model& model = *loaded;
+  const ContextLimit lim = context_limit(a.ctx, model.spec(), a.dir);
   // A window's positions: at most W + D, and at most one corpus's share of N.
   const int64_t share = (a.tokens + int64_t(a.corpus.size()) - 1) / int64_t(a.corpus.size());
   check(std::min(a.window + a.decode, share) <= lim.tokens,
@@ -162,9 +163,9 @@ void trace(const TraceArgs& a) {
         "--decode, or {}",
         a.window, a.decode, a.window + a.decode, lim.tokens, lim.source, lim.remedy);
   Tokenizer tok = Tokenizer::load(a.dir);
-  MappedExperts experts(*ck, model.config());
+  MappedExperts experts(*ck, model.spec());
   TraceWriter writer(a.out, make_header(a, model, *ck));
-  TraceRecorder rec(writer, model.config());
+  TraceRecorder rec(writer, model.spec());
   const int64_t F = int64_t(a.corpus.size());
   uint32_t seq = 0;
   for (int64_t i = 0; i < F; ++i) {
@@ -213,7 +214,7 @@ const Registrar kRegister([](CLI::App& app) {
   add_ctx_option(*cmd, a->ctx);
   cmd->add_option("--weights", a->weights, "Routing weights stored as f16 (default) or f32");
   cmd->add_option("-t,--threads", a->threads,
-                  "CPU threads (default: OMP_NUM_THREADS, else all cores)");
+                  "CPU threads (default: MOETIER_THREADS, else the CPUs it may use)");
   cmd->callback([a] { trace(*a); });
 });
 

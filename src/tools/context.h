@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <string>
 
-#include "model/qwen3_moe.h"
+#include "model/spec.h"
 
 namespace moetier::tools {
 
@@ -29,7 +29,7 @@ void add_ctx_option(CLI::App& cmd, int64_t& ctx);
 // ctx: the --ctx value (0: not given). Throws Error for a negative value;
 // prints a warning on stderr when ctx exceeds max_position_embeddings (`what`
 // prefixes it, e.g. "--arm A: "; may be empty).
-ContextLimit context_limit(int64_t ctx, const Qwen3MoeConfig& cfg, const std::filesystem::path& dir,
+ContextLimit context_limit(int64_t ctx, const ModelSpec& cfg, const std::filesystem::path& dir,
                            const std::string& what = "");
 
 }  // namespace moetier::tools

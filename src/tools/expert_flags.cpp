@@ -34,4 +34,9 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
       ->group(g);
 }
 
+void add_engine_options(CLI::App& cmd, EngineOptions& o) {
+  cmd.add_option("--backend", o.backend, "Compute backend: cpu (default), cuda, cuda:N");
+  add_expert_options(cmd, o.experts);
+}
+
 }  // namespace moetier::tools

@@ -93,8 +93,9 @@ TEST(EmbeddedQuality, FirstWindowsMatchThePyTorchReference) {
   ASSERT_EQ(seq, spec["seq_len"].get<int64_t>());
 
   auto ck = Checkpoint::open(model_dir());
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  MappedExperts experts(*ck, model.config());
+  const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  MappedExperts experts(*ck, model.spec());
   for (const char* domain : {"code", "prose"}) {
     const json& r = ref["heldout"][domain];
     const std::vector<int32_t> ids = spec["corpora"][domain]["ids"].get<std::vector<int32_t>>();

@@ -129,9 +129,10 @@ TEST(GoldenQwen3, PromptLogitsAndGreedyContinuation) {
   for (const auto& dir : dirs) {
     SCOPED_TRACE(dir.filename().string());
     Fixture fx(dir);
-    Qwen3MoeModel model = Qwen3MoeModel::load(*fx.ck);
-    MappedExperts experts(*fx.ck, model.config());
-    const int64_t vocab = model.config().vocab_size;
+    const std::unique_ptr<Model> model_owned = load_model(*fx.ck);
+  const Model& model = *model_owned;
+    MappedExperts experts(*fx.ck, model.spec());
+    const int64_t vocab = model.spec().vocab_size;
     const size_t n_gen = fx.meta.at("n_generate").get<size_t>();
     ASSERT_GT(fx.prompts(), 0u);
     for (size_t i = 0; i < fx.prompts(); ++i) {
@@ -142,10 +143,10 @@ TEST(GoldenQwen3, PromptLogitsAndGreedyContinuation) {
       ASSERT_EQ(ref_logits.size(), ids.size() * size_t(vocab));
       ASSERT_EQ(greedy.size(), n_gen);
 
-      KvCache kv = KvCache::for_model(model.config(), int64_t(ids.size() + n_gen));
+      auto kv = model.new_state(int64_t(ids.size() + n_gen));
       ForwardOptions all;
       all.all_logits = true;
-      auto logits = model.forward(ids, 0, kv, experts, all);  // [T, vocab]
+      auto logits = model.forward(ids, 0, *kv, experts, all);  // [T, vocab]
       const double d = max_rel_diff(logits, ref_logits);
       EXPECT_LE(d, kLogitTolerance);
       std::printf("[golden] %s prompt %zu: %zu positions, max|diff|/max|ref| = %.3g\n",
@@ -158,7 +159,7 @@ TEST(GoldenQwen3, PromptLogitsAndGreedyContinuation) {
         got.push_back(argmax(last));
         if (s + 1 < n_gen) {
           const int32_t tok[1] = {got.back()};
-          last = model.forward(tok, int64_t(ids.size() + s), kv, experts);
+          last = model.forward(tok, int64_t(ids.size() + s), *kv, experts);
         }
       }
       EXPECT_EQ(got, greedy);

@@ -6,13 +6,13 @@
 using namespace moetier;
 
 TEST(BackendCuda, DeviceQuery) {
-  if (!backend::built_with_cuda()) GTEST_SKIP() << "CPU-only build";
-  int n = backend::cuda_device_count();
+  if (!built_with_cuda()) GTEST_SKIP() << "CPU-only build";
+  int n = cuda_device_count();
   if (n == 0) GTEST_SKIP() << "no CUDA device";
   for (int d = 0; d < n; ++d) {
-    std::string name = backend::cuda_device_name(d);
+    std::string name = cuda_device_name(d);
     EXPECT_NE(name, "none");
     EXPECT_NE(name.find("GiB"), std::string::npos) << name;
   }
-  EXPECT_EQ(backend::cuda_device_name(n), "none");  // out of range is refused
+  EXPECT_EQ(cuda_device_name(n), "none");  // out of range is refused
 }

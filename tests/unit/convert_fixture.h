@@ -20,6 +20,8 @@
 #include "runtime/kv_cache.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
+#include "core/error.h"
+#include "model/architecture.h"
 #include "numeric.h"
 
 using moetier::testing::max_rel_diff;
@@ -44,13 +46,14 @@ inline std::vector<int32_t> random_tokens(int64_t vocab, size_t n, uint32_t seed
 inline std::vector<float> prefill_logits(const fs::path& dir, const std::vector<int32_t>& tokens,
                                          const RoutingObserver* obs = nullptr) {
   auto ck = Checkpoint::open(dir);
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  MappedExperts experts(*ck, model.config());
-  KvCache kv = KvCache::for_model(model.config(), int64_t(tokens.size()));
+  const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  MappedExperts experts(*ck, model.spec());
+  auto kv = model.new_state(int64_t(tokens.size()));
   ForwardOptions o;
   o.all_logits = true;
   o.observer = obs;
-  return model.forward(tokens, 0, kv, experts, o);
+  return model.forward(tokens, 0, *kv, experts, o);
 }
 
 struct CliResult {
@@ -88,5 +91,14 @@ inline std::vector<std::string> leftovers(const fs::path& parent, const std::str
 }
 
 inline nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_file(p)); }
+
+// The ModelSpec DIR/config.json describes (throws its first problem).
+inline ModelSpec config_of(const fs::path& dir) {
+  const nlohmann::json j = read_json(dir / "config.json");
+  std::vector<std::string> problems;
+  ModelSpec s = architecture_of(j, dir / "config.json").parse(j, dir / "config.json", problems);
+  if (!problems.empty()) throw Error(problems.front());
+  return s;
+}
 
 }  // namespace moetier::testing

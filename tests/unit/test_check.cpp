@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "model/check.h"
-#include "model/qwen3_moe.h"
+#include "model/architecture.h"
 #include "qwen3_fixture.h"
 
 using namespace moetier;
@@ -71,13 +71,14 @@ TEST(Check, ValidInEveryLayoutAndForm) {
       ExpertLayout want = layout == Layout::Stacked     ? ExpertLayout::Stacked
                           : layout == Layout::PerExpert ? ExpertLayout::PerExpert
                                                         : ExpertLayout::PerExpertMxfp4;
-      EXPECT_EQ(detect_expert_layout(*ck, 2), want);
-      EXPECT_THROW(detect_expert_layout(*ck, 1), Error);  // dense layer: no experts
-      ExpertTensors e = expert_tensors(*ck, 2, 4);
+      EXPECT_EQ(detect_expert_layout(*ck, MoeTensorNames{}, 2), want);
+      EXPECT_THROW(detect_expert_layout(*ck, MoeTensorNames{}, 1), Error);  // dense layer: no experts
+      const ModelSpec spec = model_spec(*ck);
+      ExpertTensors e = expert_tensors(*ck, spec, 2, 4);
       if (layout == Layout::Stacked) {
         EXPECT_EQ(e.gate, "model.layers.2.mlp.experts.gate_up_proj");
         EXPECT_EQ(e.index, 4);
-        EXPECT_THROW(expert_tensors(*ck, 2, 5), Error);
+        EXPECT_THROW(expert_tensors(*ck, spec, 2, 5), Error);
       } else {
         EXPECT_EQ(e.down, "model.layers.2.mlp.experts.4.down_proj.weight");
         EXPECT_EQ(e.up_scale,

@@ -77,8 +77,9 @@ std::vector<WindowScore> library_scores(const std::string& dir, const fs::path& 
   Tokenizer tok = Tokenizer::load(dir);
   const std::vector<int32_t> ids = tok.encode(slurp(text), false);
   auto ck = Checkpoint::open(dir);
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  MappedExperts ex(*ck, model.config());
+  const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  MappedExperts ex(*ck, model.spec());
   EvalOptions eo;
   eo.window = window;
   eo.max_windows = max_windows;

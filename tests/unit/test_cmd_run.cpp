@@ -45,8 +45,9 @@ TEST(CmdRun, StreamsTheGreedyContinuation) {
 
   Tokenizer tok = Tokenizer::load(dir);
   auto ck = Checkpoint::open(dir);
-  auto model = Qwen3MoeModel::load(*ck);
-  MappedExperts ex(*ck, model.config());
+  auto model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  MappedExperts ex(*ck, model.spec());
   GenerateOptions go;
   go.max_new_tokens = 9;
   go.eos = {0};  // config.json eos_token_id
@@ -107,8 +108,9 @@ std::string library_text(const fs::path& dir, const std::string& prompt, int64_t
                          const SamplerConfig& sampling) {
   Tokenizer tok = Tokenizer::load(dir);
   auto ck = Checkpoint::open(dir);
-  auto model = Qwen3MoeModel::load(*ck);
-  MappedExperts ex(*ck, model.config());
+  auto model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  MappedExperts ex(*ck, model.spec());
   GenerateOptions go;
   go.max_new_tokens = n;
   go.sampling = sampling;

@@ -112,10 +112,11 @@ TEST(Eval, PairedDifference) {
 
 TEST(Eval, WindowsRunFromPositionZeroWithAFreshCache) {
   auto ck = Checkpoint::open(fixture("qwen3moe-mxfp4"));
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  MappedExperts ex(*ck, model.config());
+  const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  MappedExperts ex(*ck, model.spec());
   std::mt19937 rng(11);
-  std::uniform_int_distribution<int32_t> ud(0, int32_t(model.config().vocab_size - 1));
+  std::uniform_int_distribution<int32_t> ud(0, int32_t(model.spec().vocab_size - 1));
   std::vector<int32_t> ids(3 * 17 + 9);  // 3 windows of 17 and a partial one that is dropped
   for (auto& t : ids) t = ud(rng);
 
@@ -130,12 +131,12 @@ TEST(Eval, WindowsRunFromPositionZeroWithAFreshCache) {
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(calls, 3);
   for (size_t w = 0; w < 3; ++w) {
-    KvCache fresh = KvCache::for_model(model.config(), 17);
+    auto fresh = model.new_state(17);
     std::span<const int32_t> win(ids.data() + w * 17, 17);
     ForwardOptions fo;
     fo.all_logits = true;
-    const std::vector<float> logits = model.forward(win, 0, fresh, ex, fo);
-    const WindowScore want = score_logits(logits, model.config().vocab_size, win);
+    const std::vector<float> logits = model.forward(win, 0, *fresh, ex, fo);
+    const WindowScore want = score_logits(logits, model.spec().vocab_size, win);
     EXPECT_EQ(got[w].nll_sum, want.nll_sum) << "window " << w;
     EXPECT_EQ(got[w].correct, want.correct);
     EXPECT_EQ(got[w].predicted, 16);

@@ -15,7 +15,7 @@
 #include "experts/arena_experts.h"
 #include "experts/index.h"
 #include "format/safetensors.h"
-#include "model/qwen3_moe.h"
+#include "model/architecture.h"
 
 using namespace moetier;
 namespace fs = std::filesystem;
@@ -33,9 +33,9 @@ struct Part {
 };
 
 // The expert's three matrices as the mmap sees them (independent of the index).
-std::vector<Part> reference(const Checkpoint& ck, const Qwen3MoeConfig& c, int64_t l, int64_t e) {
-  ExpertTensors t = expert_tensors(ck, l, e);
-  const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.moe_intermediate_size);
+std::vector<Part> reference(const Checkpoint& ck, const ModelSpec& c, int64_t l, int64_t e) {
+  ExpertTensors t = expert_tensors(ck, c, l, e);
+  const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.expert_intermediate);
   if (t.layout == ExpertLayout::Stacked) {
     const TensorInfo& gu = ck.get(t.gate);
     const TensorInfo& dn = ck.get(t.down);
@@ -87,11 +87,11 @@ void expect_same(const ExpertView& v, const std::vector<Part>& ref, const std::s
 
 struct Loaded {
   std::unique_ptr<Checkpoint> ck;
-  Qwen3MoeConfig cfg;
+  ModelSpec cfg;
   std::vector<int64_t> moe_layers;
   explicit Loaded(const fs::path& dir) : ck(Checkpoint::open(dir)) {
-    cfg = parse_qwen3_moe_config(ck->config(), dir / "config.json");
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    cfg = model_spec(*ck);
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
       if (cfg.is_moe_layer(l)) moe_layers.push_back(l);
     }
   }
@@ -129,7 +129,7 @@ TEST(ExpertIndex, RangesCoverEveryExpertTensor) {
     }
     EXPECT_EQ(ix.total_bytes(), total);
     int64_t dense = -1;
-    for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l) {
+    for (int64_t l = 0; l < m.cfg.num_layers; ++l) {
       if (!m.cfg.is_moe_layer(l)) dense = l;
     }
     if (dense >= 0) {
@@ -153,7 +153,7 @@ void run_random(const char* name, double arena_fraction, size_t transient, size_
   ac.policy = policy;
   ExpertStats stats;
   ArenaExperts arena(std::move(ix), ac, &stats);
-  const int64_t E = m.cfg.num_experts, k = m.cfg.num_experts_per_tok;
+  const int64_t E = m.cfg.num_experts, k = m.cfg.experts_per_token;
   std::mt19937 rng(seed);
   std::vector<ExpertView> views;
   uint64_t acquired = 0;

@@ -12,7 +12,7 @@
 #include "experts/arena_experts.h"
 #include "format/safetensors.h"
 #include "io/fault.h"
-#include "model/qwen3_moe.h"
+#include "model/architecture.h"
 
 using namespace moetier;
 namespace fs = std::filesystem;
@@ -39,12 +39,12 @@ struct Copy {
 
 struct Rig {
   std::unique_ptr<Checkpoint> ck;
-  Qwen3MoeConfig cfg;
+  ModelSpec cfg;
   ExpertStats stats;
   std::unique_ptr<ArenaExperts> arena;
   explicit Rig(const fs::path& dir, size_t hot = 6, size_t ring = 4) {
     ck = Checkpoint::open(dir);
-    cfg = parse_qwen3_moe_config(ck->config(), dir / "config.json");
+    cfg = model_spec(*ck);
     ArenaConfig ac;
     ac.hot_slots = hot;
     ac.transient_slots = ring;
@@ -52,11 +52,11 @@ struct Rig {
   }
   // The expert's gate weight bytes as the mmap sees them.
   std::vector<std::byte> gate_ref(int64_t layer, int32_t e) {
-    ExpertTensors t = expert_tensors(*ck, layer, e);
+    ExpertTensors t = expert_tensors(*ck, cfg, layer, e);
     auto b = ck->bytes(ck->get(t.gate));
     uint64_t n = b.size();
     if (t.layout == ExpertLayout::Stacked) {
-      n = uint64_t(cfg.moe_intermediate_size * cfg.hidden_size) * 2;
+      n = uint64_t(cfg.expert_intermediate * cfg.hidden_size) * 2;
       b = b.subspan(uint64_t(e) * 2 * n, n);
     }
     return {b.begin(), b.end()};
@@ -162,14 +162,14 @@ TEST(ExpertFaults, InvalidBytesOnDiskAreRefused) {
     uint64_t offset = 0;
     {
       auto ck = Checkpoint::open(c.dir);
-      auto cfg = parse_qwen3_moe_config(ck->config(), c.dir / "config.json");
-      ExpertTensors t = expert_tensors(*ck, 0, 3);
+      auto cfg = model_spec(*ck);
+      ExpertTensors t = expert_tensors(*ck, cfg, 0, 3);
       tensor = t.layout == ExpertLayout::PerExpertMxfp4 ? t.up_scale : t.down;
       const TensorInfo& ti = ck->get(tensor);
       offset = ck->file_offset(ti) + 7;  // one byte (MXFP4 scale) or element half (bf16)
       if (t.layout == ExpertLayout::Stacked) {
         offset =
-            ck->file_offset(ti) + uint64_t(3 * cfg.hidden_size * cfg.moe_intermediate_size) * 2 + 7;
+            ck->file_offset(ti) + uint64_t(3 * cfg.hidden_size * cfg.expert_intermediate) * 2 + 7;
       }
     }
     {

@@ -36,19 +36,19 @@ struct Trace {
 int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
 
 // Prefill `prompt` in one chunk (all logits), then greedy-decode `steps` tokens.
-Trace greedy(const Qwen3MoeModel& m, ExpertProvider& ex, const std::vector<int32_t>& prompt,
+Trace greedy(const Model& m, ExpertProvider& ex, const std::vector<int32_t>& prompt,
              int steps) {
-  const int64_t V = m.config().vocab_size;
-  KvCache kv = KvCache::for_model(m.config(), int64_t(prompt.size()) + steps + 1);
+  const int64_t V = m.spec().vocab_size;
+  auto kv = m.new_state(int64_t(prompt.size()) + steps + 1);
   ForwardOptions all;
   all.all_logits = true;
   Trace t;
-  t.logits.push_back(m.forward(prompt, 0, kv, ex, all));
+  t.logits.push_back(m.forward(prompt, 0, *kv, ex, all));
   int32_t next = argmax(t.logits.back().data() + (int64_t(prompt.size()) - 1) * V, V);
   for (int s = 0; s < steps; ++s) {
     t.tokens.push_back(next);
     std::vector<int32_t> one{next};
-    t.logits.push_back(m.forward(one, int64_t(prompt.size()) + s, kv, ex));
+    t.logits.push_back(m.forward(one, int64_t(prompt.size()) + s, *kv, ex));
     next = argmax(t.logits.back().data(), V);
   }
   t.tokens.push_back(next);
@@ -79,14 +79,15 @@ TEST(ExpertIdentical, TenPercentArenaEqualsAllResident) {
   for (const char* name : kFixtures) {
     fs::path dir = fs::path(MOETIER_SOURCE_DIR) / name;
     auto ck = Checkpoint::open(dir);
-    const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-    const Qwen3MoeConfig& cfg = model.config();
+    const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+    const ModelSpec& cfg = model.spec();
     const auto prompt = random_prompt(cfg.vocab_size, 13, seed++);
     const int steps = 12;
     MappedExperts mapped(*ck, cfg);
     const Trace ref = greedy(model, mapped, prompt, steps);
     int64_t moe_layers = 0;
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) moe_layers += cfg.is_moe_layer(l);
+    for (int64_t l = 0; l < cfg.num_layers; ++l) moe_layers += cfg.is_moe_layer(l);
 
     struct Variant {
       const char* arena;
@@ -129,31 +130,32 @@ TEST(ExpertIdentical, TenPercentArenaEqualsAllResident) {
 TEST(ExpertIdentical, PromptAfterDecodeKeepsTheHotSet) {
   fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures/qwen3moe-mxfp4";
   auto ck = Checkpoint::open(dir);
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  const Qwen3MoeConfig& cfg = model.config();
+  const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  const ModelSpec& cfg = model.spec();
   ExpertOptions o;
   o.arena = "25%";
-  o.transient = cfg.num_experts_per_tok;
+  o.transient = cfg.experts_per_token;
   o.quiet = true;
   ExpertStats stats;
   auto arena = make_expert_provider(*ck, cfg, o, &stats);
   MappedExperts mapped(*ck, cfg);
   auto prompt = random_prompt(cfg.vocab_size, 9, 7);
-  KvCache kv = KvCache::for_model(cfg, 64), kv_ref = KvCache::for_model(cfg, 64);
-  model.forward(prompt, 0, kv, *arena);
-  model.forward(prompt, 0, kv_ref, mapped);
+  auto kv = model.new_state(64), kv_ref = model.new_state(64);
+  model.forward(prompt, 0, *kv, *arena);
+  model.forward(prompt, 0, *kv_ref, mapped);
   int64_t pos = int64_t(prompt.size());
   for (int s = 0; s < 10; ++s, ++pos) {  // decode settles a hot set
     std::vector<int32_t> one{int32_t((s * 37 + 5) % cfg.vocab_size)};
-    model.forward(one, pos, kv, *arena);
-    model.forward(one, pos, kv_ref, mapped);
+    model.forward(one, pos, *kv, *arena);
+    model.forward(one, pos, *kv_ref, mapped);
   }
   ASSERT_EQ(arena->residency().hot_count(), arena->residency().config().hot_slots);
   const auto hot_before = arena->residency().hot_keys();
   const uint64_t evictions_before = stats.total().hot_evictions;
   auto chunk = random_prompt(cfg.vocab_size, 11, 8);  // a second prompt chunk
-  auto a = model.forward(chunk, pos, kv, *arena);
-  auto b = model.forward(chunk, pos, kv_ref, mapped);
+  auto a = model.forward(chunk, pos, *kv, *arena);
+  auto b = model.forward(chunk, pos, *kv_ref, mapped);
   EXPECT_EQ(arena->residency().hot_keys(), hot_before);
   EXPECT_EQ(stats.total().hot_evictions, evictions_before);
   EXPECT_GT(stats.total().ring_evictions, 0u);

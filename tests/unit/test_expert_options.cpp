@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "experts/options.h"
 #include "format/safetensors.h"
-#include "model/qwen3_moe.h"
+#include "model/architecture.h"
 
 using namespace moetier;
 namespace fs = std::filesystem;
@@ -18,12 +18,12 @@ namespace {
 
 struct Model {
   std::unique_ptr<Checkpoint> ck;
-  Qwen3MoeConfig cfg;
+  ModelSpec cfg;
   std::unique_ptr<ExpertIndex> ix;
   Model() {
     fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures/qwen3moe-mxfp4";
     ck = Checkpoint::open(dir);
-    cfg = parse_qwen3_moe_config(ck->config(), dir / "config.json");
+    cfg = model_spec(*ck);
     ix = std::make_unique<ExpertIndex>(ExpertIndex::build(*ck, cfg));
   }
   ArenaConfig resolve(const ExpertOptions& o, std::string* why = nullptr) {

@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -120,6 +124,29 @@ TEST(IoReader, OddOffsetsMatchFileBytes) {
       EXPECT_EQ(direct ? c.direct_reads : c.buffered_reads, ranges.size()) << reader->name();
     }
   }
+}
+
+// Many tiny batches back to back: a pool worker that wakes after its batch is
+// over must not claim a request of the next one (it used to, and read_batch
+// then waited forever for the request it skipped).
+TEST(IoReader, PoolReaderNeverLosesARequestBetweenBatches) {
+  TempFile tf(64 * 1024, 17);
+  auto f = DirectFile::open(tf.path, /*direct=*/false);
+  auto reader = make_pool_reader(4);
+  auto done = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 20000; ++i) {
+      Batch b(f.get(), {{uint64_t(i % 1000) * 61, 1 + uint64_t(i % 3)}});
+      reader->read(b.reqs);
+      if (!b.reqs[0].ok()) return false;
+    }
+    return true;
+  });
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "pool reader: a batch never completed (deadlock)\n");
+    std::_Exit(1);  // the reading thread cannot be stopped
+  }
+  EXPECT_TRUE(done.get());
+  EXPECT_EQ(reader->counters().requests, 20000u);
 }
 
 TEST(IoReader, ReadPastEndIsAShortRead) {

@@ -22,15 +22,11 @@ using namespace moetier::testing;
 
 namespace {
 
-std::vector<std::vector<int32_t>> all_kept(const Qwen3MoeConfig& c) {
-  std::vector<std::vector<int32_t>> k(size_t(c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+std::vector<std::vector<int32_t>> all_kept(const ModelSpec& c) {
+  std::vector<std::vector<int32_t>> k(size_t(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l)
     for (int32_t e = 0; c.is_moe_layer(l) && e < c.num_experts; ++e) k[size_t(l)].push_back(e);
   return k;
-}
-
-Qwen3MoeConfig config_of(const fs::path& dir) {
-  return parse_qwen3_moe_config(read_json(dir / "config.json"), dir / "config.json");
 }
 
 // Routing of a chunk: layer -> [n, k] expert ids.
@@ -59,7 +55,7 @@ TEST(Prune, KeepingEveryExpertIsBitIdentical) {
   for (const fs::path& src : {golden("qwen3moe-bf16"), golden("qwen3moe-sharded"),
                               golden("qwen3moe-mxfp4"), tmp / "tiny"}) {
     const fs::path out = tmp / ("out-" + src.filename().string());
-    const Qwen3MoeConfig c = config_of(src);
+    const ModelSpec c = config_of(src);
     {
       auto ck = Checkpoint::open(src);
       const PruneReport r = prune_checkpoint(*ck, all_kept(c), out);
@@ -86,21 +82,21 @@ TEST(Prune, KeepingEveryExpertIsBitIdentical) {
 TEST(Prune, RestrictedRouterMatchesWhenOnlyKeptExpertsAreSelected) {
   TempDir tmp;
   const fs::path src = tiny_model();
-  const Qwen3MoeConfig c = config_of(src);
-  ASSERT_TRUE(c.norm_topk_prob);
+  const ModelSpec c = config_of(src);
+  ASSERT_TRUE(read_json(src / "config.json")["norm_topk_prob"].get<bool>());
   const auto toks = random_tokens(c.vocab_size, 3, 9);
   Routes orig;
   const RoutingObserver oo = orig.observer();
   const auto a = prefill_logits(src, toks, &oo);
-  std::vector<std::set<int32_t>> used(size_t(c.num_hidden_layers));
+  std::vector<std::set<int32_t>> used(size_t(c.num_layers));
   size_t keep = 0;
   for (auto& [l, ids] : orig.ids) {
     used[size_t(l)].insert(ids.begin(), ids.end());
     keep = std::max(keep, used[size_t(l)].size());
   }
   ASSERT_LT(keep, size_t(c.num_experts));  // a real restriction
-  std::vector<std::vector<int32_t>> kept(size_t(c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  std::vector<std::vector<int32_t>> kept(size_t(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
     for (int32_t e = 0; used[size_t(l)].size() < keep; ++e) used[size_t(l)].insert(e);
     kept[size_t(l)].assign(used[size_t(l)].begin(), used[size_t(l)].end());
   }
@@ -155,7 +151,7 @@ TEST(Prune, WithoutRenormalizationWeightsGrowByOneFactorPerToken) {
 
 TEST(Prune, MostUsedExpertsAndCountFiles) {
   TempDir tmp;
-  const Qwen3MoeConfig c =
+  const ModelSpec c =
       config_of(golden("qwen3moe-bf16"));  // 3 layers, layer 1 dense, 16 experts
   std::vector<double> l0(16, 1.0), l2(16, 0.0);
   l0[5] = 9, l0[3] = 9, l0[11] = 4, l0[0] = 4;  // ties go to the smaller id
@@ -322,9 +318,9 @@ TEST(Prune, ComposesAndAlignsRecords) {
   EXPECT_EQ(cfg["moetier"]["pruned_from"], 8);
   EXPECT_EQ(cfg["moetier"]["kept_experts"], nlohmann::json({{1, 5, 7}, {1, 3, 7}}));
   auto ck = Checkpoint::open(tmp / "p2");
-  const Qwen3MoeConfig c = config_of(tmp / "p2");
+  const ModelSpec c = config_of(tmp / "p2");
   const ExpertIndex ix = ExpertIndex::build(*ck, c);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < c.num_layers; ++l) {
     for (int64_t e = 0; e < c.num_experts; ++e) {
       const ExpertRecord& r = ix.record(l, e);
       EXPECT_EQ(r.extents.size(), 1u) << l << " " << e;

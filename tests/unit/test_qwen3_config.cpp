@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "model/qwen3_moe.h"
+#include "model/qwen3_moe/architecture.h"
+#include "model/qwen3_moe/config.h"
 #include "qwen3_fixture.h"
 
 using namespace moetier;
@@ -14,17 +15,26 @@ namespace {
 
 const fs::path kFile = "ck/config.json";
 
+// As every command reads config.json: the architecture first (model/registry.cpp),
+// then its parser.
 std::vector<std::string> problems_of(const nlohmann::json& j) {
   std::vector<std::string> p;
-  parse_qwen3_moe_config(j, kFile, p);
+  const Architecture* a = find_architecture(j, kFile.string(), p);
+  if (p.empty()) (a ? *a : qwen3_moe::architecture()).parse(j, kFile, p);
   return p;
+}
+
+void parse_or_throw(const nlohmann::json& j) {
+  std::vector<std::string> p;
+  architecture_of(j, kFile).parse(j, kFile, p);
+  if (!p.empty()) throw Error(p.front());
 }
 
 std::string only_problem(const nlohmann::json& j) {
   auto p = problems_of(j);
   EXPECT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
   try {
-    parse_qwen3_moe_config(j, kFile);
+    parse_or_throw(j);
     ADD_FAILURE() << "did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(p.empty() ? "" : p[0], e.what());
@@ -99,7 +109,7 @@ TEST(Qwen3Config, PublisherConfigOfQwen3_30B_A3B) {
   EXPECT_EQ(c.num_experts, 128);
   for (int64_t l = 0; l < 48; ++l) EXPECT_TRUE(c.is_moe_layer(l));
   // lm_head + embed + 48 x (attention, norms, router) = the core tensor map.
-  auto core = qwen3_moe_core_tensors(c);
+  auto core = qwen3_moe::architecture().core_tensors(j, kFile);
   EXPECT_EQ(core.size(), 2u + 1u + 48u * 9u);
   EXPECT_EQ(core.back().name, "lm_head.weight");
   EXPECT_EQ(core.back().shape, (std::vector<int64_t>{151936, 2048}));
@@ -115,7 +125,7 @@ TEST(Qwen3Config, MoeLayersFollowSparseStepAndMlpOnlyLayers) {
   std::vector<bool> moe;
   for (int64_t l = 0; l < 7; ++l) moe.push_back(c.is_moe_layer(l));
   EXPECT_EQ(moe, (std::vector<bool>{false, true, false, false, false, true, false}));
-  auto core = qwen3_moe_core_tensors(c);
+  auto core = qwen3_moe::architecture().core_tensors(j, kFile);
   auto has = [&](const std::string& n) {
     return std::any_of(core.begin(), core.end(), [&](const TensorSpec& s) { return s.name == n; });
   };
@@ -142,7 +152,7 @@ TEST(Qwen3Config, AttentionBiasAddsBiasTensors) {
   j["attention_bias"] = true;
   Qwen3MoeConfig c = parse_qwen3_moe_config(j, kFile);
   EXPECT_TRUE(c.attention_bias);
-  auto core = qwen3_moe_core_tensors(c);
+  auto core = qwen3_moe::architecture().core_tensors(j, kFile);
   auto it = std::find_if(core.begin(), core.end(), [](const TensorSpec& s) {
     return s.name == "model.layers.0.self_attn.k_proj.bias";
   });

@@ -24,22 +24,18 @@ using namespace moetier::testing;
 
 namespace {
 
-Qwen3MoeConfig config_of(const fs::path& dir) {
-  return parse_qwen3_moe_config(read_json(dir / "config.json"), dir / "config.json");
-}
-
 // A copy of the CB3 checkpoint `dir` with every expert matrix decoded to f32
 // (per-expert layout): the model the CB3 kernels must compute.
 void write_decoded(const fs::path& dir, const fs::path& out) {
   auto ck = Checkpoint::open(dir);
-  const Qwen3MoeConfig c = config_of(dir);
+  const ModelSpec c = config_of(dir);
   std::vector<TensorToWrite> tensors;
   for (const auto& t : ck->tensors())
     if (t.name.find(".mlp.experts.") == std::string::npos)
       tensors.push_back({t.name, t.dtype, t.shape, ck->bytes(t)});
   std::vector<std::vector<float>> store;
-  store.reserve(size_t(c.num_hidden_layers * c.num_experts * 3));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  store.reserve(size_t(c.num_layers * c.num_experts * 3));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
     for (int64_t e = 0; c.is_moe_layer(l) && e < c.num_experts; ++e) {
       const ExpertView v = map_expert(*ck, c, l, e);
       const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
@@ -85,19 +81,19 @@ TEST(Repack, Cb3RunsAndComputesTheDecodedModel) {
     const RepackReport r = repack(src, out);
     EXPECT_EQ(check_checkpoint(out), std::vector<std::string>{}) << name;
     EXPECT_GT(r.matrices, 0);
-    const Qwen3MoeConfig sc = config_of(src);
+    const ModelSpec sc = config_of(src);
     int64_t moe = 0;
-    for (int64_t l = 0; l < sc.num_hidden_layers; ++l) moe += sc.is_moe_layer(l);
-    const int64_t H = sc.hidden_size, I = sc.moe_intermediate_size;
+    for (int64_t l = 0; l < sc.num_layers; ++l) moe += sc.is_moe_layer(l);
+    const int64_t H = sc.hidden_size, I = sc.expert_intermediate;
     const int64_t per_expert = 2 * I * ((3 * H + 7) / 8 + 16) + H * ((3 * I + 7) / 8 + 16);
     EXPECT_EQ(r.expert_bytes_after, uint64_t(moe * sc.num_experts * per_expert)) << name;
     EXPECT_GT(r.rel_err_mean, 0.0);
     EXPECT_LT(r.rel_err_max, 0.06) << name;  // Gaussian-like weights: ~0.035
     auto ck = Checkpoint::open(out);
-    const Qwen3MoeConfig c = config_of(out);
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const ModelSpec c = config_of(out);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
       if (c.is_moe_layer(l)) {
-        EXPECT_EQ(detect_expert_layout(*ck, l), ExpertLayout::PerExpertCb3);
+        EXPECT_EQ(detect_expert_layout(*ck, MoeTensorNames{}, l), ExpertLayout::PerExpertCb3);
       }
     }
     write_decoded(out, dec);
@@ -121,10 +117,11 @@ TEST(Repack, ArenaEqualsMappedOnCb3) {
   TempDir tmp;
   repack(golden("qwen3moe-mxfp4"), tmp / "cb3");
   auto ck = Checkpoint::open(tmp / "cb3");
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  const Qwen3MoeConfig& c = model.config();
+  const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  const ModelSpec& c = model.spec();
   const ExpertIndex ix = ExpertIndex::build(*ck, c);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < c.num_layers; ++l) {
     for (int64_t e = 0; e < c.num_experts; ++e) {
       const ExpertRecord& r = ix.record(l, e);
       ASSERT_EQ(r.extents.size(), 1u);
@@ -142,9 +139,9 @@ TEST(Repack, ArenaEqualsMappedOnCb3) {
   auto arena = make_expert_provider(*ck, c, o, &stats);
   ForwardOptions all;
   all.all_logits = true;
-  KvCache k1 = KvCache::for_model(c, 16), k2 = KvCache::for_model(c, 16);
-  const auto a = model.forward(prompt, 0, k1, mapped, all);
-  const auto b = model.forward(prompt, 0, k2, *arena, all);
+  auto k1 = model.new_state(16), k2 = model.new_state(16);
+  const auto a = model.forward(prompt, 0, *k1, mapped, all);
+  const auto b = model.forward(prompt, 0, *k2, *arena, all);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
   EXPECT_GT(stats.total().misses, 0u);

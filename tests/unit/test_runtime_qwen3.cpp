@@ -17,6 +17,7 @@
 #include "runtime/generate.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
+#include "runtime/qwen3_moe/model.h"
 #include "numeric.h"
 
 using namespace moetier::testing;
@@ -45,9 +46,19 @@ std::vector<int32_t> some_tokens(int64_t n, int64_t vocab, uint32_t seed) {
 
 struct Loaded {
   std::unique_ptr<Checkpoint> ck;
-  Qwen3MoeModel model;
+  std::unique_ptr<qwen3_moe::Qwen3MoeModel> owned;
+  const qwen3_moe::Qwen3MoeModel& model;
   explicit Loaded(const std::string& name)
-      : ck(Checkpoint::open(fixture(name))), model(Qwen3MoeModel::load(*ck)) {}
+      : ck(Checkpoint::open(fixture(name))),
+        owned(qwen3_moe::Qwen3MoeModel::load(*ck, default_cpu_backend())),
+        model(*owned) {}
+};
+
+// A state the qwen3_moe forward must refuse.
+struct OtherState final : SequenceState {
+  int64_t size() const override { return 0; }
+  int64_t capacity() const override { return 4; }
+  uint64_t bytes() const override { return 0; }
 };
 
 }  // namespace
@@ -59,32 +70,32 @@ class Runtime : public ::testing::TestWithParam<const char*> {};
 // batch-invariant (kernels/cpu/tile.h), on every kernel path and thread count.
 TEST_P(Runtime, ChunkedPrefillEqualsStepByStep) {
   Loaded m(GetParam());
-  MappedExperts experts(*m.ck, m.model.config());
+  MappedExperts experts(*m.ck, m.model.spec());
   const int64_t vocab = m.model.config().vocab_size, n = 19;
   auto toks = some_tokens(n, vocab, 1);
-  KvCache kv = KvCache::for_model(m.model.config(), n);
+  auto kv = m.model.new_state(n);
   ForwardOptions all;
   all.all_logits = true;
-  auto chunk = m.model.forward(toks, 0, kv, experts, all);  // [n, vocab]
+  auto chunk = m.model.forward(toks, 0, *kv, experts, all);  // [n, vocab]
   ASSERT_EQ(chunk.size(), size_t(n * vocab));
-  EXPECT_EQ(kv.size(), n);
+  EXPECT_EQ(kv->size(), n);
 
-  KvCache kv2 = KvCache::for_model(m.model.config(), n);
+  auto kv2 = m.model.new_state(n);
   std::vector<float> steps;
   for (int64_t t = 0; t < n; ++t) {
-    auto l = m.model.forward(std::span(toks).subspan(size_t(t), 1), t, kv2, experts);
+    auto l = m.model.forward(std::span(toks).subspan(size_t(t), 1), t, *kv2, experts);
     steps.insert(steps.end(), l.begin(), l.end());
   }
   EXPECT_EQ(steps, chunk);
 
-  KvCache kv3 = KvCache::for_model(m.model.config(), n);
-  auto a = m.model.forward(std::span(toks).subspan(0, 7), 0, kv3, experts, all);
-  auto b = m.model.forward(std::span(toks).subspan(7), 7, kv3, experts, all);
+  auto kv3 = m.model.new_state(n);
+  auto a = m.model.forward(std::span(toks).subspan(0, 7), 0, *kv3, experts, all);
+  auto b = m.model.forward(std::span(toks).subspan(7), 7, *kv3, experts, all);
   a.insert(a.end(), b.begin(), b.end());
   EXPECT_EQ(a, chunk);
   // Last-position logits are the last row of all_logits.
-  KvCache kv4 = KvCache::for_model(m.model.config(), n);
-  auto last = m.model.forward(toks, 0, kv4, experts);
+  auto kv4 = m.model.new_state(n);
+  auto last = m.model.forward(toks, 0, *kv4, experts);
   EXPECT_EQ(last, std::vector<float>(chunk.end() - vocab, chunk.end()));
 }
 
@@ -98,9 +109,9 @@ TEST_P(Runtime, ExpertBatchSizeChangesNothing) {
   all.all_logits = true;
   std::vector<float> base;
   for (int64_t batch : {0, 1, 3}) {
-    MappedExperts experts(*m.ck, c, batch);
-    KvCache kv = KvCache::for_model(c, 23);
-    auto l = m.model.forward(toks, 0, kv, experts, all);
+    MappedExperts experts(*m.ck, m.model.spec(), batch);
+    auto kv = m.model.new_state(23);
+    auto l = m.model.forward(toks, 0, *kv, experts, all);
     if (base.empty()) {
       base = l;
       continue;
@@ -115,7 +126,7 @@ TEST_P(Runtime, ExpertBatchSizeChangesNothing) {
 TEST_P(Runtime, PrefillRoutingEqualsPerTokenRouting) {
   Loaded m(GetParam());
   const auto& c = m.model.config();
-  MappedExperts experts(*m.ck, c);
+  MappedExperts experts(*m.ck, m.model.spec());
   const int64_t n = 11, k = c.num_experts_per_tok;
   auto toks = some_tokens(n, c.vocab_size, 3);
   std::vector<std::vector<int32_t>> prefill(size_t(c.num_hidden_layers)),
@@ -151,11 +162,11 @@ TEST_P(Runtime, PrefillRoutingEqualsPerTokenRouting) {
   };
   ForwardOptions fo;
   fo.observer = &obs;
-  KvCache kv = KvCache::for_model(c, n);
-  m.model.forward(toks, 0, kv, experts, fo);
-  KvCache kv2 = KvCache::for_model(c, n);
+  auto kv = m.model.new_state(n);
+  m.model.forward(toks, 0, *kv, experts, fo);
+  auto kv2 = m.model.new_state(n);
   for (int64_t t = 0; t < n; ++t)
-    m.model.forward(std::span(toks).subspan(size_t(t), 1), t, kv2, experts, fo);
+    m.model.forward(std::span(toks).subspan(size_t(t), 1), t, *kv2, experts, fo);
   int moe_layers = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.is_moe_layer(l);
   EXPECT_EQ(events, moe_layers * (1 + n));
@@ -174,7 +185,7 @@ TEST(MappedExperts, ViewsAreTheRawTensors) {
   {  // stacked: gate/up are rows [0, I) and [I, 2I) of gate_up_proj[e]
     Loaded m("qwen3moe-bf16");
     const auto& c = m.model.config();
-    MappedExperts ex(*m.ck, c);
+    MappedExperts ex(*m.ck, m.model.spec());
     const int64_t h = c.hidden_size, in = c.moe_intermediate_size;
     const TensorInfo& gu = m.ck->get("model.layers.0.mlp.experts.gate_up_proj");
     const TensorInfo& dn = m.ck->get("model.layers.0.mlp.experts.down_proj");
@@ -199,7 +210,7 @@ TEST(MappedExperts, ViewsAreTheRawTensors) {
   }
   {  // per-expert MXFP4: data and scales point at the tensors
     Loaded m("qwen3moe-mxfp4");
-    MappedExperts ex(*m.ck, m.model.config());
+    MappedExperts ex(*m.ck, m.model.spec());
     const ExpertView& v = ex.view(1, 9);
     ASSERT_EQ(v.down.enc, WeightEncoding::MXFP4);
     auto w = m.ck->bytes(m.ck->get("model.layers.1.mlp.experts.9.down_proj.weight"));
@@ -210,7 +221,7 @@ TEST(MappedExperts, ViewsAreTheRawTensors) {
   }
   {  // per-expert bf16 across shards
     Loaded m("qwen3moe-sharded");
-    MappedExperts ex(*m.ck, m.model.config());
+    MappedExperts ex(*m.ck, m.model.spec());
     for (int32_t e = 0; e < int32_t(m.model.config().num_experts); ++e) {
       auto g =
           m.ck->bytes(m.ck->get(fmt::format("model.layers.1.mlp.experts.{}.gate_proj.weight", e)));
@@ -221,7 +232,7 @@ TEST(MappedExperts, ViewsAreTheRawTensors) {
     ex.acquire(0, ids, Phase::Decode, views);
     ASSERT_EQ(views.size(), 2u);
     EXPECT_EQ(views[1].up.data, ex.view(0, 1).up.data);
-    MappedExperts small(*m.ck, m.model.config(), 1);
+    MappedExperts small(*m.ck, m.model.spec(), 1);
     EXPECT_THROW(small.acquire(0, ids, Phase::Prefill, views), Error);
   }
 }
@@ -229,18 +240,18 @@ TEST(MappedExperts, ViewsAreTheRawTensors) {
 TEST(Runtime, BadInputIsRefused) {
   Loaded m("qwen3moe-sharded");
   const auto& c = m.model.config();
-  MappedExperts ex(*m.ck, c);
-  KvCache kv = KvCache::for_model(c, 4);
+  MappedExperts ex(*m.ck, m.model.spec());
+  auto kv = m.model.new_state(4);
   const int32_t bad[] = {1, int32_t(c.vocab_size)};
-  EXPECT_THROW(m.model.forward(bad, 0, kv, ex), Error);
+  EXPECT_THROW(m.model.forward(bad, 0, *kv, ex), Error);
   const int32_t neg[] = {-1};
-  EXPECT_THROW(m.model.forward(neg, 0, kv, ex), Error);
+  EXPECT_THROW(m.model.forward(neg, 0, *kv, ex), Error);
   const int32_t ok[] = {1, 2, 3};
-  EXPECT_THROW(m.model.forward(ok, 1, kv, ex), Error);  // position 1 before 0 is filled
-  m.model.forward(ok, 0, kv, ex);
-  EXPECT_THROW(m.model.forward(ok, 3, kv, ex), Error);  // past capacity 4
-  EXPECT_THROW(m.model.forward(std::span<const int32_t>(), 0, kv, ex), Error);
-  KvCache wrong(1, 4, 1, 8);
+  EXPECT_THROW(m.model.forward(ok, 1, *kv, ex), Error);  // position 1 before 0 is filled
+  m.model.forward(ok, 0, *kv, ex);
+  EXPECT_THROW(m.model.forward(ok, 3, *kv, ex), Error);  // past capacity 4
+  EXPECT_THROW(m.model.forward(std::span<const int32_t>(), 0, *kv, ex), Error);
+  OtherState wrong;
   EXPECT_THROW(m.model.forward(ok, 0, wrong, ex), Error);
   EXPECT_THROW(generate(m.model, ex, std::span<const int32_t>(), GenerateOptions{}), Error);
 }
@@ -250,13 +261,13 @@ TEST(Runtime, BadInputIsRefused) {
 TEST(Runtime, RewindRecomputes) {
   Loaded m("qwen3moe-bf16");
   const auto& c = m.model.config();
-  MappedExperts ex(*m.ck, c);
+  MappedExperts ex(*m.ck, m.model.spec());
   auto toks = some_tokens(9, c.vocab_size, 4);
-  KvCache kv = KvCache::for_model(c, 9);
-  auto first = m.model.forward(toks, 0, kv, ex);
+  auto kv = m.model.new_state(9);
+  auto first = m.model.forward(toks, 0, *kv, ex);
   auto other = some_tokens(4, c.vocab_size, 5);
-  m.model.forward(other, 5, kv, ex);
-  auto again = m.model.forward(std::span(toks).subspan(5), 5, kv, ex);
+  m.model.forward(other, 5, *kv, ex);
+  auto again = m.model.forward(std::span(toks).subspan(5), 5, *kv, ex);
   EXPECT_LE(max_rel_diff(again, first), 1e-5);
 }
 
@@ -264,7 +275,7 @@ TEST(Runtime, RewindRecomputes) {
 // callback sees exactly the returned tokens.
 TEST(Runtime, GenerateStopsAtEosAndLength) {
   Loaded m("qwen3moe-sharded");
-  MappedExperts ex(*m.ck, m.model.config());
+  MappedExperts ex(*m.ck, m.model.spec());
   auto prompt = some_tokens(6, m.model.config().vocab_size, 6);
   GenerateOptions go;
   go.max_new_tokens = 7;

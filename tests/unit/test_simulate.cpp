@@ -43,10 +43,10 @@ std::vector<Window> random_windows(int64_t vocab, uint32_t seed) {
   return w;
 }
 
-TraceHeader header_for(const Qwen3MoeModel& model, const Checkpoint& ck) {
+TraceHeader header_for(const Model& model, const Checkpoint& ck) {
   TraceHeader h;
   h.model = trace_model_of(model);
-  const ExpertIndex ix = ExpertIndex::build(ck, model.config());
+  const ExpertIndex ix = ExpertIndex::build(ck, model.spec());
   h.model.encoding = "native";
   h.model.expert_bytes = ix.expert_bytes();
   h.model.slot_bytes = ix.slot_bytes();
@@ -57,9 +57,9 @@ TraceHeader header_for(const Qwen3MoeModel& model, const Checkpoint& ck) {
 }
 
 // A random ranking of every MoE expert, as a --ranking file.
-fs::path random_ranking(const TempDir& tmp, const Qwen3MoeConfig& c, uint32_t seed) {
+fs::path random_ranking(const TempDir& tmp, const ModelSpec& c, uint32_t seed) {
   std::vector<std::pair<int64_t, int64_t>> all;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+  for (int64_t l = 0; l < c.num_layers; ++l)
     if (c.is_moe_layer(l))
       for (int64_t e = 0; e < c.num_experts; ++e) all.push_back({l, e});
   std::mt19937 rng(seed);
@@ -102,8 +102,9 @@ struct Variant {
 void engine_vs_simulator(const fs::path& dir, const std::vector<Window>& windows,
                          const std::vector<Variant>& variants, const TempDir& tmp) {
   auto ck = Checkpoint::open(dir);
-  const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-  const Qwen3MoeConfig& cfg = model.config();
+  const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+  const ModelSpec& cfg = model.spec();
   const fs::path ranking = random_ranking(tmp, cfg, 5);
   int run = 0;
   for (const Variant& v : variants) {
@@ -136,8 +137,8 @@ void engine_vs_simulator(const fs::path& dir, const std::vector<Window>& windows
       p.transient_slots = stats.transient_slots;
       p.host_slots = stats.host_slots;
       if (p.kind == PolicyKind::Pinned) {
-        p.ranking = read_ranking(ranking, cfg.num_hidden_layers, cfg.num_experts);
-        p.max_pinned = engine_max_pinned(p.hot_slots, cfg.num_experts_per_tok);
+        p.ranking = read_ranking(ranking, cfg.num_layers, cfg.num_experts);
+        p.max_pinned = engine_max_pinned(p.hot_slots, cfg.experts_per_token);
       }
       const SimResult r = simulate_policy(t, s, p);
       expect_same_counters(stats, r.stats, what);
@@ -165,9 +166,10 @@ TEST(Simulate, ReproducesTheEngineCountersOnEveryFixture) {
   for (const char* name : {"qwen3moe-bf16", "qwen3moe-mxfp4", "qwen3moe-sharded"}) {
     const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures" / name;
     auto ck = Checkpoint::open(dir);
-    const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-    const int64_t total = int64_t(ExpertIndex::build(*ck, model.config()).total_experts());
-    const auto windows = random_windows(model.config().vocab_size, seed++);
+    const std::unique_ptr<Model> model_owned = load_model(*ck);
+  const Model& model = *model_owned;
+    const int64_t total = int64_t(ExpertIndex::build(*ck, model.spec()).total_experts());
+    const auto windows = random_windows(model.spec().vocab_size, seed++);
     engine_vs_simulator(dir, windows,
                         {{"25%", -1, 0, ""},
                          {"25%", -1, -1, ""},

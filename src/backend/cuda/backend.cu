@@ -4,8 +4,9 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "core/error.h"
 
-namespace moetier::backend {
+namespace moetier {
 
 int cuda_device_count() {
   int n = 0;
@@ -27,4 +28,8 @@ std::string cuda_device_name(int device) {
 
 bool built_with_cuda() { return true; }
 
-}  // namespace moetier::backend
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  fail("--backend cuda: the CUDA backend is not implemented yet (device {})", device);
+}
+
+}  // namespace moetier

@@ -1,5 +1,5 @@
 // qwen3_moe config parsing (both config.json forms) and tensor map.
-#include "model/qwen3_moe.h"
+#include "model/qwen3_moe/config.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "format/json_util.h"
 #include "format/safetensors.h"
-#include "model/architecture.h"
 
 namespace moetier {
 
@@ -232,7 +231,11 @@ Qwen3MoeConfig parse_qwen3_moe_config(const json& j, const std::filesystem::path
                                       std::vector<std::string>& problems) {
   Qwen3MoeConfig c;
   c.max_position_embeddings = 32768;
-  if (!check_architecture(j, file.string(), problems)) return c;
+  if (!j.is_object()) {
+    problems.push_back(
+        fmt::format("{}: is {}, expected a JSON object", file.string(), json_kind(j)));
+    return c;
+  }
   Fields f{j, file.string(), problems};
   parse_sizes(f, c);
   parse_experts(f, c);
@@ -253,86 +256,41 @@ Qwen3MoeConfig parse_qwen3_moe_config(const json& j, const std::filesystem::path
   return c;
 }
 
-std::string layer_prefix(int64_t layer) { return fmt::format("model.layers.{}.", layer); }
-
-std::vector<TensorSpec> qwen3_moe_core_tensors(const Qwen3MoeConfig& c) {
-  const int64_t H = c.hidden_size, D = c.head_dim;
+Qwen3MoeTensorMap qwen3_moe_tensor_map(const Qwen3MoeConfig& c) {
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int64_t q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
-  std::vector<TensorSpec> out;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  const MoeTensorNames names;
+  Qwen3MoeTensorMap m;
+  m.embed = {"model.embed_tokens.weight", {c.vocab_size, H}};
+  m.final_norm = {"model.norm.weight", {H}};
+  m.lm_head = {"lm_head.weight", {c.vocab_size, H}, c.tie_word_embeddings};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::string p = layer_prefix(l);
-    out.push_back({p + "input_layernorm.weight", {H}});
-    out.push_back({p + "post_attention_layernorm.weight", {H}});
-    out.push_back({p + "self_attn.q_proj.weight", {q, H}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, H}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, H}});
-    out.push_back({p + "self_attn.o_proj.weight", {H, q}});
+    const std::string p = names.layer_prefix(l), a = p + "self_attn.";
+    Qwen3MoeLayerTensors t;
+    t.input_norm = {p + "input_layernorm.weight", {H}};
+    t.post_attention_norm = {p + "post_attention_layernorm.weight", {H}};
+    t.q = {a + "q_proj.weight", {q, H}};
+    t.k = {a + "k_proj.weight", {kv, H}};
+    t.v = {a + "v_proj.weight", {kv, H}};
+    t.o = {a + "o_proj.weight", {H, q}};
     if (c.attention_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {q}});
-      out.push_back({p + "self_attn.k_proj.bias", {kv}});
-      out.push_back({p + "self_attn.v_proj.bias", {kv}});
-      out.push_back({p + "self_attn.o_proj.bias", {H}});
+      t.q_bias = {a + "q_proj.bias", {q}};
+      t.k_bias = {a + "k_proj.bias", {kv}};
+      t.v_bias = {a + "v_proj.bias", {kv}};
+      t.o_bias = {a + "o_proj.bias", {H}};
     }
-    out.push_back({p + "self_attn.q_norm.weight", {D}});
-    out.push_back({p + "self_attn.k_norm.weight", {D}});
+    t.q_norm = {a + "q_norm.weight", {D}};
+    t.k_norm = {a + "k_norm.weight", {D}};
     if (c.is_moe_layer(l)) {
-      out.push_back({p + "mlp.gate.weight", {c.num_experts, H}});
+      t.router = {names.router_tensor(l), {c.num_experts, H}};
     } else {
-      out.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, H}});
-      out.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, H}});
-      out.push_back({p + "mlp.down_proj.weight", {H, c.intermediate_size}});
+      t.gate = {p + "mlp.gate_proj.weight", {I, H}};
+      t.up = {p + "mlp.up_proj.weight", {I, H}};
+      t.down = {p + "mlp.down_proj.weight", {H, I}};
     }
+    m.layers.push_back(std::move(t));
   }
-  out.push_back({"model.norm.weight", {H}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}});
-  return out;
-}
-
-ExpertLayout detect_expert_layout(const Checkpoint& ck, int64_t layer) {
-  std::string p = layer_prefix(layer) + "mlp.experts.";
-  if (ck.find(p + "gate_up_proj")) return ExpertLayout::Stacked;
-  const TensorInfo* w = ck.find(p + "0.gate_proj.weight");
-  if (!w)
-    fail(
-        "{}: tensor '{}0.gate_proj.weight': missing (layer {} has no expert tensors in a "
-        "supported layout; also looked for '{}gate_up_proj')",
-        ck.dir().string(), p, layer, p);
-  if (ck.find(p + "0.gate_proj.codebook")) return ExpertLayout::PerExpertCb3;
-  if (w->dtype == DType::U8 || w->dtype == DType::I8) return ExpertLayout::PerExpertMxfp4;
-  return ExpertLayout::PerExpert;
-}
-
-ExpertTensors expert_tensors(const Checkpoint& ck, int64_t layer, int64_t expert) {
-  ExpertTensors e;
-  e.layout = detect_expert_layout(ck, layer);
-  e.index = expert;
-  std::string p = layer_prefix(layer) + "mlp.experts.";
-  if (e.layout == ExpertLayout::Stacked) {
-    e.gate = e.up = p + "gate_up_proj";
-    e.down = p + "down_proj";
-    const TensorInfo& gu = ck.get(e.gate);
-    ck.get(e.down);
-    check(expert >= 0 && !gu.shape.empty() && expert < gu.shape[0],
-          "{}: tensor '{}': expert {} out of range", ck.dir().string(), e.gate, expert);
-    return e;
-  }
-  std::string q = fmt::format("{}{}.", p, expert);
-  e.gate = q + "gate_proj.weight";
-  e.up = q + "up_proj.weight";
-  e.down = q + "down_proj.weight";
-  if (e.layout == ExpertLayout::PerExpertMxfp4) {
-    e.gate_scale = q + "gate_proj.scale";
-    e.up_scale = q + "up_proj.scale";
-    e.down_scale = q + "down_proj.scale";
-  } else if (e.layout == ExpertLayout::PerExpertCb3) {
-    e.gate_scale = q + "gate_proj.codebook";
-    e.up_scale = q + "up_proj.codebook";
-    e.down_scale = q + "down_proj.codebook";
-  }
-  for (const std::string* n : {&e.gate, &e.up, &e.down, &e.gate_scale, &e.up_scale, &e.down_scale})
-    if (!n->empty()) ck.get(*n);
-  return e;
+  return m;
 }
 
 }  // namespace moetier

@@ -1,0 +1,44 @@
+#include "backend/backend.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "core/error.h"
+
+namespace moetier {
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    owner_ = std::exchange(o.owner_, nullptr);
+    p_ = std::exchange(o.p_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (owner_ && p_) owner_->release(p_, bytes_);
+  owner_ = nullptr;
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
+uint64_t WeightStore::bytes() const {
+  uint64_t n = 0;
+  for (const auto& b : buffers) n += b.bytes();
+  return n;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& spec) {
+  if (spec == "cpu") return make_cpu_backend();
+  if (spec == "cuda") return make_cuda_backend(0);
+  if (spec.starts_with("cuda:") && spec.size() > 5) {
+    char* end = nullptr;
+    const long d = std::strtol(spec.c_str() + 5, &end, 10);
+    if (end && *end == 0 && d >= 0) return make_cuda_backend(int(d));
+  }
+  fail("--backend: '{}' is not cpu, cuda or cuda:N", spec);
+}
+
+}  // namespace moetier

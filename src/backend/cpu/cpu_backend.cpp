@@ -1,0 +1,135 @@
+// The CPU backend: host memory, kernels/cpu on the global thread pool. Ops run
+// synchronously on the calling thread (and the pool), so to_host and
+// synchronize have nothing to wait for. Weights are used in place.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/buffer.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "io/sysinfo.h"
+#include "kernels/cpu/cpu.h"
+
+namespace moetier {
+namespace {
+
+// Scratch reused across the experts of one batch.
+struct ExpertScratch {
+  std::vector<float> xs, g, u, ys;  // [m, H], [m, I], [m, I], [m, H]
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  bool is_host() const override { return true; }
+  uint64_t device_memory() const override { return io::mem_total_bytes().value_or(0); }
+
+  DeviceBuffer alloc(size_t bytes) override {
+    const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    void* p = std::aligned_alloc(64, rounded);
+    check(p != nullptr, "cpu backend: cannot allocate {}", format_bytes(bytes));
+    return DeviceBuffer(this, p, bytes);
+  }
+  void release(void* p, size_t) override { std::free(p); }
+  void to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy(void* dst, const void* src, size_t n) override { std::memmove(dst, src, n); }
+  void fill_zero(float* x, int64_t n) override { std::fill(x, x + n, 0.0f); }
+  void synchronize() override {}
+
+  MatView weights(const MatView& host, WeightStore&) override { return host; }
+  const float* vector(std::span<const float> host, WeightStore&) override { return host.data(); }
+
+  void embed(const MatView& table, std::span<const int32_t> tokens, float* out) override {
+    for (size_t t = 0; t < tokens.size(); ++t)
+      cpu::get_row(table, tokens[t], out + int64_t(t) * table.cols);
+  }
+  void matmul(const MatView& w, const float* x, int64_t n, float* y) override {
+    cpu::matmul(w, x, n, y);
+  }
+  void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps,
+               float* y) override {
+    cpu::rmsnorm(x, w, n, dim, eps, y);
+  }
+  void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0,
+            const float* inv_freq) override {
+    cpu::rope(x, n, heads, hd, pos0, inv_freq);
+  }
+  void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
+                 int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* out) override {
+    cpu::attention(q, k, v, n_q, first_pos, heads, kv_heads, hd, scale, out);
+  }
+  void add(float* x, const float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+  void add_rows(float* y, const float* b, int64_t n, int64_t dim) override {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < dim; ++i) y[t * dim + i] += b[i];
+  }
+  void silu_mul(float* g, const float* u, int64_t n) override { cpu::silu_mul(g, u, n); }
+  void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
+                    float* probs, int32_t* ids, float* weights) override;
+  void expert_batch(const ExpertBatch& b) override;
+
+ private:
+  void run_expert(const ExpertBatch& b, size_t i, ExpertScratch& s);
+  std::vector<int32_t> order_;  // [e] router scratch
+};
+
+void CpuBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k,
+                              bool renormalize, float* probs, int32_t* ids, float* weights) {
+  check(k >= 1 && k <= e, "router: top-k {} outside [1, {}] experts", k, e);
+  order_.resize(size_t(e));
+  for (int64_t t = 0; t < n; ++t) {
+    float* p = probs + t * e;
+    if (p != logits + t * e) std::copy_n(logits + t * e, e, p);
+    cpu::softmax(p, e);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += p[order_[size_t(j)]];
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t id = order_[size_t(j)];
+      ids[t * k + j] = id;
+      weights[t * k + j] = renormalize ? p[id] / sum : p[id];
+    }
+  }
+}
+
+void CpuBackend::run_expert(const ExpertBatch& b, size_t i, ExpertScratch& s) {
+  const ExpertView& v = b.experts[i];
+  const int64_t h = b.hidden, in = b.intermediate;
+  const int64_t p0 = b.offsets[i], m = b.offsets[i + 1] - p0;
+  s.xs.resize(size_t(m * h));
+  s.ys.resize(size_t(m * h));
+  s.g.resize(size_t(m * in));
+  s.u.resize(size_t(m * in));
+  for (int64_t j = 0; j < m; ++j) std::copy_n(b.x + b.tokens[size_t(p0 + j)] * h, h, &s.xs[j * h]);
+  cpu::matmul(v.gate, s.xs.data(), m, s.g.data());
+  cpu::matmul(v.up, s.xs.data(), m, s.u.data());
+  cpu::silu_mul(s.g.data(), s.u.data(), m * in);
+  cpu::matmul(v.down, s.g.data(), m, s.ys.data());
+  for (int64_t j = 0; j < m; ++j) {
+    const float w = b.weights[size_t(p0 + j)];
+    const float* yj = s.ys.data() + j * h;
+    float* ot = b.out + b.tokens[size_t(p0 + j)] * h;
+    for (int64_t c = 0; c < h; ++c) ot[c] += yj[c] * w;
+  }
+}
+
+void CpuBackend::expert_batch(const ExpertBatch& b) {
+  check(b.offsets.size() == b.experts.size() + 1, "expert batch: {} offsets for {} experts",
+        b.offsets.size(), b.experts.size());
+  thread_local ExpertScratch s;
+  for (size_t i = 0; i < b.experts.size(); ++i) run_expert(b, i, s);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace moetier

@@ -1,0 +1,31 @@
+// The routed experts of one MoE layer over a chunk, whatever the
+// architecture: tokens are grouped by expert (runtime/routing.h), the distinct
+// experts are acquired from the ExpertProvider at most max_batch() at a time
+// in ascending id order, and each batch runs on the backend
+// (Backend::expert_batch):
+//   out[t] = sum over t's experts e, ascending: w(t, e) * down(silu(gate x_t) * up x_t)
+// Ascending expert order is transformers' index_add_ order, so every token's
+// sum has the reference's order whatever the batching. After the acquires,
+// note_routing reports the chunk's routing to the provider (accounting).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "experts/provider.h"
+#include "runtime/routing.h"
+
+namespace moetier {
+
+struct MoeBlock {
+  int64_t layer = 0;
+  Phase phase = Phase::Decode;
+  int64_t hidden = 0, intermediate = 0;
+  const Routing* routing = nullptr;  // host
+  const float* x = nullptr;          // [n, hidden] device: the experts' input
+  float* out = nullptr;              // [n, hidden] device: overwritten
+};
+
+void run_moe_block(Backend& be, ExpertProvider& experts, const MoeBlock& b);
+
+}  // namespace moetier

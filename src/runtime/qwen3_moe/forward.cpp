@@ -1,0 +1,107 @@
+// Qwen3MoeModel::forward: embeddings, decoder layers, final norm, LM head.
+// Each decoder layer: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)), where mlp
+// is the sparse MoE block or the dense MLP (config.is_moe_layer).
+#include "core/error.h"
+#include "format/safetensors.h"
+#include "runtime/moe_block.h"
+#include "runtime/qwen3_moe/model.h"
+
+namespace moetier::qwen3_moe {
+void Qwen3MoeModel::check_chunk(std::span<const int32_t> tokens, int64_t start_pos,
+                                const KvCache& kv) const {
+  const std::string where = ck_->dir().string();
+  const int64_t n = int64_t(tokens.size());
+  check(n > 0, "{}: forward of an empty chunk", where);
+  check(start_pos >= 0 && start_pos <= kv.size(),
+        "{}: forward at position {} but the kv cache holds {} positions", where, start_pos,
+        kv.size());
+  check(start_pos + n <= kv.capacity(), "{}: positions {}..{} exceed the kv cache capacity {}",
+        where, start_pos, start_pos + n - 1, kv.capacity());
+  for (int32_t t : tokens)
+    check(t >= 0 && t < cfg_.vocab_size, "{}: token id {} outside the vocabulary [0, {})", where, t,
+          cfg_.vocab_size);
+}
+
+std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64_t start_pos,
+                                          SequenceState& state, ExpertProvider& experts,
+                                          const ForwardOptions& opt) const {
+  State* st = dynamic_cast<State*>(&state);
+  check(st != nullptr, "{}: forward with another architecture's state", ck_->dir().string());
+  KvCache& kv = st->kv;
+  check_chunk(tokens, start_pos, kv);
+  Backend& be = *be_;
+  Workspace& ws = st->ws;
+  const Qwen3MoeConfig& c = cfg_;
+  const int64_t n = int64_t(tokens.size()), h = c.hidden_size;
+  kv.set_size(start_pos);  // positions past start_pos are being rewritten
+
+  float* x = ws.get(kX, n * h);    // [n, hidden] residual stream
+  float* xn = ws.get(kXn, n * h);  // [n, hidden] normalized
+  float* y = ws.get(kY, n * h);    // [n, hidden] block output
+  be.embed(embed_, tokens, x);
+  const float eps = float(c.rms_norm_eps);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    attention(l, x, n, start_pos, *st);
+    be.rmsnorm(x, layers_[size_t(l)].post_attention_norm, n, h, eps, xn);
+    if (layers_[size_t(l)].moe)
+      moe(l, xn, tokens, start_pos, experts, opt, y, ws);
+    else
+      dense_mlp(l, xn, n, y, ws);
+    be.add(x, y, n * h);
+  }
+  kv.set_size(start_pos + n);
+
+  const int64_t first = opt.all_logits ? 0 : n - 1, rows = n - first;
+  be.rmsnorm(x + first * h, final_norm_, rows, h, eps, xn);
+  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));  // [rows, vocab] host
+  if (be.is_host()) {
+    be.matmul(lm_head_, xn, rows, logits.data());
+  } else {
+    float* dl = ws.get(kLogits, rows * c.vocab_size);
+    be.matmul(lm_head_, xn, rows, dl);
+    be.to_host(logits.data(), dl, logits.size() * sizeof(float));
+  }
+  return logits;
+}
+
+void Qwen3MoeModel::dense_mlp(int64_t layer, const float* xn, int64_t n, float* out,
+                              Workspace& ws) const {
+  const LayerWeights& l = layers_[size_t(layer)];
+  const int64_t in = l.gate.rows;
+  float* g = ws.get(kMlpG, n * in);  // [n, I]
+  float* u = ws.get(kMlpU, n * in);  // [n, I]
+  be_->matmul(l.gate, xn, n, g);
+  be_->matmul(l.up, xn, n, u);
+  be_->silu_mul(g, u, n * in);
+  be_->matmul(l.down, g, n, out);
+}
+
+void Qwen3MoeModel::moe(int64_t layer, const float* xn, std::span<const int32_t> tokens,
+                        int64_t start_pos, ExpertProvider& experts, const ForwardOptions& opt,
+                        float* out, Workspace& ws) const {
+  const int64_t n = int64_t(tokens.size());
+  const Phase phase = n > 1 ? Phase::Prefill : Phase::Decode;
+  const Routing r = route_softmax_topk(*be_, layers_[size_t(layer)].router, xn, n,
+                                       cfg_.num_experts_per_tok, cfg_.norm_topk_prob, ws);
+  if (opt.observer && *opt.observer) {
+    std::vector<float> host;  // the observer reads host memory
+    const float* hx = xn;
+    if (!be_->is_host()) {
+      host.resize(size_t(n * cfg_.hidden_size));
+      be_->to_host(host.data(), xn, host.size() * sizeof(float));
+      hx = host.data();
+    }
+    (*opt.observer)({layer, start_pos, phase, &r, tokens, hx});
+  }
+  MoeBlock b;
+  b.layer = layer;
+  b.phase = phase;
+  b.hidden = cfg_.hidden_size;
+  b.intermediate = cfg_.moe_intermediate_size;
+  b.routing = &r;
+  b.x = xn;
+  b.out = out;
+  run_moe_block(*be_, experts, b);
+}
+
+}  // namespace moetier::qwen3_moe

@@ -1,0 +1,92 @@
+// The session API: one Engine opens a checkpoint, loads its model on a
+// backend and builds the expert provider from the budget flags; Sessions step
+// sequences over it (prefill a chunk, decode a token). Several sessions share
+// one model and one expert provider. generate(), eval, trace and the
+// benchmark are loops over a Session.
+//
+// Protocol: an Engine and its sessions are driven from one thread (the
+// provider and the backend are single-caller, see experts/provider.h and
+// backend/backend.h); sessions may interleave freely on that thread. A
+// Session must not outlive its Engine.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "experts/options.h"
+#include "experts/provider.h"
+#include "experts/stats.h"
+#include "runtime/model.h"
+
+namespace moetier {
+
+class Checkpoint;
+
+class Session {
+ public:
+  Session(const Model& model, ExpertProvider& experts, int64_t capacity);
+
+  // Runs tokens at the current position and advances it. Returns the logits
+  // of the last token [vocab], or of every token [n, vocab] with all_logits.
+  // Throws Error (position unchanged) when the chunk would pass capacity().
+  const std::vector<float>& prefill(std::span<const int32_t> tokens,
+                                    const ForwardOptions& opt = {});
+  const std::vector<float>& decode(int32_t token, const ForwardOptions& opt = {});
+  // Moves the position back (later positions are recomputed by the next step).
+  void rewind(int64_t position);
+
+  int64_t position() const { return pos_; }
+  int64_t capacity() const { return state_->capacity(); }
+  const std::vector<float>& logits() const { return logits_; }
+  const Model& model() const { return *model_; }
+
+ private:
+  const Model* model_;
+  ExpertProvider* experts_;
+  std::unique_ptr<SequenceState> state_;
+  int64_t pos_ = 0;
+  std::vector<float> logits_;
+};
+
+struct EngineOptions {
+  std::string backend = "cpu";  // --backend cpu | cuda[:N]
+  ExpertOptions experts;        // --arena, --mapped, ... (experts/options.h)
+};
+
+class Engine {
+ public:
+  // Opens DIR (refusing what `moetier check` refuses about the architecture),
+  // loads the model and builds the provider. Lines describing the choices
+  // (expert sizing, reader) are appended to `log` unless experts.quiet.
+  static std::unique_ptr<Engine> open(const std::filesystem::path& dir, const EngineOptions& opt,
+                                      std::vector<std::string>* log = nullptr);
+  // The same on a checkpoint already opened.
+  static std::unique_ptr<Engine> open(std::unique_ptr<Checkpoint> ck, const EngineOptions& opt,
+                                      std::vector<std::string>* log = nullptr);
+  ~Engine();
+
+  std::unique_ptr<Session> new_session(int64_t capacity) const;
+
+  const Checkpoint& checkpoint() const { return *ck_; }
+  const Model& model() const { return *model_; }
+  const ModelSpec& spec() const { return model_->spec(); }
+  ExpertProvider& experts() const { return *experts_; }
+  ExpertStats& stats() { return stats_; }
+  Backend& backend() const { return *backend_; }
+  bool mapped() const { return mapped_; }
+
+ private:
+  Engine() = default;
+  std::unique_ptr<Checkpoint> ck_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  ExpertStats stats_;
+  std::unique_ptr<ExpertProvider> experts_;
+  bool mapped_ = false;
+};
+
+}  // namespace moetier
