@@ -54,13 +54,14 @@ need_debs() {  # install only the missing Debian packages (scripts/deps.sh style
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-need_tools() {  # build tools: only ask apt for what is really absent
+need_tools() {  # build tools: only ask apt for what is really absent (git: fetch only)
   local want=()
   command -v cmake >/dev/null || want+=(cmake)
-  command -v ninja >/dev/null || want+=(ninja-build)
   command -v g++ >/dev/null || want+=(g++)
-  command -v git >/dev/null || want+=(git)
+  [ "${1:-}" = git ] && ! command -v git >/dev/null && want+=(git)
   [ ${#want[@]} -gt 0 ] && need_debs "${want[@]}"
+  # ninja is preferred, not required (an offline machine may lack it)
+  command -v ninja >/dev/null || ( need_debs ninja-build ) >/dev/null 2>&1 || true
   return 0
 }
 
@@ -81,7 +82,7 @@ cmd_fetch() {
     tar -xzf "$tgz" -C "$x" package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
   fi
   if [ ! -d "$LLAMA_SRC/.git" ]; then
-    need_tools
+    need_tools git
     log "git clone bundle -> $LLAMA_SRC"
     git -c advice.detachedHead=false clone -q "$x/package/llama/gitRelease.bundle" "$LLAMA_SRC"
   else
@@ -122,7 +123,9 @@ write_version() {
 # no OpenSSL), no llguidance.
 common_cmake_args() {
   local src=$1
-  CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON
+  local gen=Ninja
+  command -v ninja >/dev/null || gen="Unix Makefiles"
+  CMAKE_ARGS=(-G "$gen" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_LLGUIDANCE=OFF
@@ -192,7 +195,7 @@ cmd_build() {  # build-cpu | build-cuda
   log "build -j$jobs: ${TARGETS[*]}"
   nice -n "$NICE" cmake --build "$build" -j "$jobs" --target "${TARGETS[@]}"
   log "binaries in $build/bin:"
-  ls "$build/bin" >&2
+  ls "$build/bin" >&2 2>/dev/null || true
 }
 
 # What a CUDA build from source needs, nothing else: the library, ggml (without
