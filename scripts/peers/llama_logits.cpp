@@ -7,7 +7,8 @@
 // Same protocol as moetier_logits: prompt in one llama_decode, then N greedy
 // steps (argmax, lowest id on ties, end-of-generation ignored); prints one JSON
 // object (prompt ids, generated ids, text); --dump writes [N+1, vocab] raw f32
-// logits (row 0: the last prompt position). The KV cache is f32 by default
+// logits (row 0: the last prompt position). Special-token text in the prompt is
+// parsed (as moetier and HF tokenizers do). The KV cache is f32 by default
 // (llama.cpp's own default is f16) so that only the weights' and kernels'
 // arithmetic differs. Built by scripts/peers/llama.cpp.sh harness-llama.
 #include <cstdio>
@@ -71,10 +72,10 @@ int main(int argc, char** argv) {
   }
   const llama_vocab* vocab = llama_model_get_vocab(model);
   const int n_vocab = llama_vocab_n_tokens(vocab);
-  int np = -llama_tokenize(vocab, prompt.data(), int(prompt.size()), nullptr, 0, true, false);
+  int np = -llama_tokenize(vocab, prompt.data(), int(prompt.size()), nullptr, 0, true, true);
   std::vector<llama_token> ids(size_t(np > 0 ? np : 0));
   if (np <= 0 ||
-      llama_tokenize(vocab, prompt.data(), int(prompt.size()), ids.data(), np, true, false) < 0) {
+      llama_tokenize(vocab, prompt.data(), int(prompt.size()), ids.data(), np, true, true) < 0) {
     std::fprintf(stderr, "llama_logits: tokenization failed\n");
     return 1;
   }
