@@ -23,9 +23,9 @@
 #include "format/safetensors.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
-#include "runtime/kv_cache.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 using namespace moetier;
 
@@ -73,14 +73,14 @@ int main(int argc, char** argv) {
     if (threads > 0) cpu::set_threads(threads);
     Tokenizer tok = Tokenizer::load(dir);
     auto ck = Checkpoint::open(dir);
-    const Qwen3MoeModel model = Qwen3MoeModel::load(*ck);
-    MappedExperts experts(*ck, model.config());
+    const std::unique_ptr<Model> model = load_model(*ck);
+    MappedExperts experts(*ck, model->spec());
     const std::vector<int32_t> ids = tok.encode(prompt);
     check(!ids.empty(), "--prompt: the prompt encodes to no tokens");
-    KvCache kv = KvCache::for_model(model.config(), int64_t(ids.size()) + n + 1);
+    Session session(*model, experts, int64_t(ids.size()) + n + 1);
     FILE* f = dump.empty() ? nullptr : std::fopen(dump.c_str(), "wb");
     check(dump.empty() || f, "--dump: cannot open {}", dump);
-    const int64_t k = model.config().num_experts_per_tok;
+    const int64_t k = model->spec().experts_per_token;
     float margin = 1.0f;
     std::vector<float> margins;
     ForwardOptions fo;
@@ -96,18 +96,16 @@ int main(int argc, char** argv) {
       }
     };
     fo.observer = &obs;
-    std::vector<float> logits = model.forward(ids, 0, kv, experts, fo);
+    std::vector<float> logits = session.prefill(ids, fo);
     margins.push_back(margin);
     std::vector<int32_t> gen;
-    int64_t pos = int64_t(ids.size());
-    for (int64_t s = 0;; ++s) {
+      for (int64_t s = 0;; ++s) {
       if (f) std::fwrite(logits.data(), sizeof(float), logits.size(), f);
       if (s == n) break;
       const int32_t t = argmax(logits);
       gen.push_back(t);
-      const int32_t c[1] = {t};
       margin = 1.0f;
-      logits = model.forward(c, pos++, kv, experts, fo);
+      logits = session.decode(t, fo);
       margins.push_back(margin);
     }
     if (f) std::fclose(f);
