@@ -33,6 +33,12 @@ class CpuBackend final : public Backend {
     check(p != nullptr, "cpu backend: cannot allocate {}", format_bytes(bytes));
     return DeviceBuffer(this, p, bytes);
   }
+  DeviceBuffer alloc_host(size_t bytes) override {
+    const size_t rounded = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
+    void* p = std::aligned_alloc(4096, rounded);
+    check(p != nullptr, "cpu backend: cannot allocate {} of host memory", format_bytes(bytes));
+    return DeviceBuffer(this, p, bytes);
+  }
   void release(void* p, size_t) override { std::free(p); }
   void to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
