@@ -115,6 +115,10 @@ class Backend {
   virtual void attention(const float* q, const float* k, const float* v, int64_t n_q,
                          int64_t first_pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
                          float scale, float* out) = 0;
+  // cache [capacity, row] rows pos .. pos + n - 1 = src [n, row] (the KV write).
+  virtual void kv_write(float* cache, const float* src, int64_t pos, int64_t row, int64_t n) {
+    copy(cache + pos * row, src, size_t(n * row) * sizeof(float));
+  }
   virtual void add(float* x, const float* y, int64_t n) = 0;                    // x += y
   virtual void add_rows(float* y, const float* b, int64_t n, int64_t dim) = 0;  // y[t] += b
   virtual void silu_mul(float* g, const float* u, int64_t n) = 0;               // g = silu(g) u
@@ -124,6 +128,31 @@ class Backend {
   virtual void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                             float* probs, int32_t* ids, float* weights) = 0;
   virtual void expert_batch(const ExpertBatch& b) = 0;
+
+  // Resident experts (optional; CUDA): the device views of every expert of one
+  // layer, [num_experts] by id, registered once; returns a table handle, or -1
+  // when the backend has no resident path. moe_resident then runs one token's
+  // k routed experts with ids [k] and weights [k] in device memory (the
+  // router's output), without the host: out [hidden] = sum over the experts
+  // in ascending id order of weight * expert(x). Views must stay valid.
+  virtual int register_experts(std::span<const ExpertView> views) { return -1; }
+  virtual void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k,
+                            const float* x, int64_t hidden, int64_t intermediate, float* out) {}
+
+  // Decode graphs (optional; CUDA). graph_begin(pos, max_positions) starts
+  // recording the ops of one decode step (one token at position pos: every
+  // position argument of the recorded ops is pos, and the embedding reads the
+  // token from the backend's device token slot); graph_end returns a handle.
+  // graph_launch replays it for the token at position p < max_positions,
+  // reading p and the token from device memory; nothing recorded may depend
+  // on host values that change between steps. Ops are not run while recording.
+  virtual bool supports_graphs() const { return false; }
+  virtual void graph_begin(int64_t pos, int64_t max_positions) {}
+  virtual int graph_end() { return -1; }
+  virtual void graph_launch(int graph, int64_t pos, int32_t token) {}
+  virtual void graph_drop(int graph) {}
+  // Ends a recording that failed (an op threw): nothing is kept.
+  virtual void graph_abort() {}
 };
 
 // The CPU backend (kernels/cpu, the global thread pool).

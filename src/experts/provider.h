@@ -36,6 +36,12 @@ class ExpertProvider {
   // topk.size() / k). A (token, layer) step counts as an all-hit when every one
   // of its k experts was resident in the arena at the acquire() that served it.
   virtual void note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) {}
+  // Optional: a Backend expert table (Backend::register_experts) holding every
+  // expert of `layer`, resident for the provider's lifetime, or -1. With one,
+  // a decode step may skip acquire() and run the experts on the device
+  // straight from the router's output (no host round trip); such steps are
+  // not counted in any provider statistic.
+  virtual int device_table(int64_t layer) const { return -1; }
 };
 
 }  // namespace moetier

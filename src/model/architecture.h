@@ -39,6 +39,10 @@ class Architecture {
                                                const std::filesystem::path& file) const = 0;
   // config.json of a derived checkpoint with `n` experts per MoE layer.
   virtual nlohmann::json with_num_experts(const nlohmann::json& config, int64_t n) const = 0;
+  // config.json of a named shape preset (`moetier synth --preset NAME`), or
+  // null when the architecture has no such preset; the preset names listed.
+  virtual nlohmann::json preset(std::string_view name) const { return nullptr; }
+  virtual std::vector<std::string_view> presets() const { return {}; }
 
  private:
   MoeTensorNames default_names_;

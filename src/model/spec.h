@@ -27,11 +27,15 @@ namespace moetier {
 class Architecture;
 class Checkpoint;
 
+// What a tensor does (moetier synth picks values by it).
+enum class TensorRole : uint8_t { Other, Embedding, Norm, Router, ResidualWrite, LmHead };
+
 // A tensor an architecture needs and the shape its config implies.
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
   bool optional = false;  // checked when present (lm_head of a tied model)
+  TensorRole role = TensorRole::Other;
 };
 
 // How a checkpoint names its MoE tensors (the transformers convention of

@@ -29,6 +29,9 @@ class Checkpoint;
 struct ForwardOptions {
   bool all_logits = false;  // logits for every token of the chunk, not just the last
   const RoutingObserver* observer = nullptr;
+  // When set, the logits go to this device buffer ([rows, vocab]) and forward
+  // returns an empty vector (no host copy: a decode graph is being recorded).
+  float* device_logits = nullptr;
 };
 
 // One sequence's state. start_pos rules: see KvCache (runtime/kv_cache.h).
@@ -36,6 +39,7 @@ class SequenceState {
  public:
   virtual ~SequenceState() = default;
   virtual int64_t size() const = 0;      // valid positions
+  virtual void set_size(int64_t n) = 0;  // after a replayed decode graph advanced it
   virtual int64_t capacity() const = 0;  // positions it can hold
   virtual uint64_t bytes() const = 0;    // device memory it holds
 };

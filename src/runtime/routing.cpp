@@ -37,6 +37,18 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
   return r;
 }
 
+DeviceRouting route_softmax_topk_device(Backend& be, const MatView& router, const float* x,
+                                        int64_t n, int64_t k, bool norm_topk_prob, Workspace& ws) {
+  const int64_t ne = router.rows;
+  check(k >= 1 && k <= ne, "router: top-k {} outside [1, {}] experts", k, ne);
+  float* probs = ws.get(kRouterSlot, n * ne);         // [n, E]
+  int32_t* ids = ws.get_i32(kRouterSlot + 1, n * k);  // [n, k]
+  float* w = ws.get(kRouterSlot + 2, n * k);          // [n, k]
+  be.matmul(router, x, n, probs);
+  be.softmax_topk(probs, n, ne, k, norm_topk_prob, probs, ids, w);
+  return {ids, w};
+}
+
 Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob) {
   Backend& be = default_cpu_backend();
   Workspace ws(be);

@@ -36,6 +36,14 @@ class Workspace;
 constexpr size_t kRouterSlot = 16;
 Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, int64_t n, int64_t k,
                            bool norm_topk_prob, Workspace& ws);
+// The same without the host copy: ids [n, k] and weights [n, k] stay in
+// device memory (ws slots kRouterSlot + 1, + 2).
+struct DeviceRouting {
+  const int32_t* ids = nullptr;
+  const float* weights = nullptr;
+};
+DeviceRouting route_softmax_topk_device(Backend& be, const MatView& router, const float* x,
+                                        int64_t n, int64_t k, bool norm_topk_prob, Workspace& ws);
 // The same on the CPU backend with host x (tests, tools).
 Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob);
 

@@ -1,14 +1,70 @@
 #include "runtime/session.h"
 
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "model/architecture.h"
 #include "runtime/mapped_experts.h"
+#include "runtime/resident_experts.h"
 
 namespace moetier {
 
 Session::Session(const Model& model, ExpertProvider& experts, int64_t capacity)
-    : model_(&model), experts_(&experts), state_(model.new_state(capacity)) {}
+    : model_(&model), experts_(&experts), state_(model.new_state(capacity)) {
+  const char* g = std::getenv("MOETIER_GRAPHS");
+  graphs_off_ = g && std::string(g) == "0";
+}
+
+Session::~Session() { drop_graph(); }
+
+void Session::drop_graph() {
+  if (graph_ >= 0) model_->backend().graph_drop(graph_);
+  graph_ = -1;
+}
+
+bool Session::graphable(const ForwardOptions& opt) const {
+  if (graphs_off_ || !model_->backend().supports_graphs() || opt.all_logits || opt.device_logits ||
+      (opt.observer && *opt.observer))
+    return false;
+  for (int64_t l : model_->spec().moe_layers())
+    if (experts_->device_table(l) < 0) return false;
+  return true;
+}
+
+// Records the step the first time (after one plain decode step has sized
+// every buffer), then replays it; a recording that fails turns graphs off.
+bool Session::decode_graph(int32_t token) {
+  Backend& be = model_->backend();
+  const int64_t vocab = model_->spec().vocab_size;
+  if (graph_ < 0) {
+    if (plain_decodes_ == 0) return false;
+    if (!device_logits_.data()) device_logits_ = be.alloc(size_t(vocab) * sizeof(float));
+    ForwardOptions fo;
+    fo.device_logits = device_logits_.as<float>();
+    const int32_t one[1] = {token};
+    const int64_t size = state_->size();
+    try {
+      be.graph_begin(pos_, state_->capacity());
+      model_->forward(one, pos_, *state_, *experts_, fo);
+      graph_ = be.graph_end();
+    } catch (const Error&) {
+      be.graph_abort();
+      state_->set_size(size);
+      graphs_off_ = true;
+      return false;
+    }
+  }
+  be.graph_launch(graph_, pos_, token);
+  state_->set_size(pos_ + 1);
+  logits_.resize(size_t(vocab));
+  be.to_host(logits_.data(), device_logits_.data(), size_t(vocab) * sizeof(float));
+  ++pos_;
+  return true;
+}
 
 const std::vector<float>& Session::prefill(std::span<const int32_t> tokens,
                                            const ForwardOptions& opt) {
@@ -16,12 +72,25 @@ const std::vector<float>& Session::prefill(std::span<const int32_t> tokens,
   check(pos_ + int64_t(tokens.size()) <= state_->capacity(),
         "session: {} positions + {} tokens exceed the session's capacity {}", pos_, tokens.size(),
         state_->capacity());
+  drop_graph();  // a longer chunk may have grown the buffers a recorded graph uses
   logits_ = model_->forward(tokens, pos_, *state_, *experts_, opt);
   pos_ += int64_t(tokens.size());
   return logits_;
 }
 
 const std::vector<float>& Session::decode(int32_t token, const ForwardOptions& opt) {
+  if (graphable(opt)) {
+    check(pos_ + 1 <= state_->capacity(),
+          "session: {} positions + 1 token exceed the session's "
+          "capacity {}",
+          pos_, state_->capacity());
+    if (decode_graph(token)) return logits_;
+    ++plain_decodes_;
+    const int32_t one[1] = {token};
+    logits_ = model_->forward(one, pos_, *state_, *experts_, opt);
+    ++pos_;
+    return logits_;
+  }
   const int32_t one[1] = {token};
   return prefill(one, opt);
 }
@@ -46,8 +115,19 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<Checkpoint> ck, const Engin
   e->backend_ = make_backend(opt.backend);
   e->model_ = load_model(*e->ck_, *e->backend_);
   e->mapped_ = opt.experts.mapped;
+  const bool arena_flags = !opt.experts.arena.empty() || opt.experts.arena_experts >= 0 ||
+                           !opt.experts.host_cache.empty();
+  if (!e->backend_->is_host() && (e->mapped_ || !arena_flags)) {
+    // Every expert in device memory (the arena on a device comes with its flags).
+    e->mapped_ = true;
+    e->experts_ = std::make_unique<ResidentExperts>(*e->ck_, spec, *e->backend_);
+    if (log && !opt.experts.quiet)
+      log->push_back(fmt::format("experts: all {} resident on {}",
+                                 spec.moe_layers().size() * size_t(spec.num_experts),
+                                 e->backend_->name()));
+    return e;
+  }
   if (e->mapped_) {
-    check(e->backend_->is_host(), "--mapped: only with --backend cpu (experts stay in the mmap)");
     e->experts_ = std::make_unique<MappedExperts>(*e->ck_, spec);
     return e;
   }

@@ -4,6 +4,10 @@
 // one model and one expert provider. generate(), eval, trace and the
 // benchmark are loops over a Session.
 //
+// Decode steps of a model whose experts are all resident on a backend with
+// decode graphs (CUDA) are recorded once and replayed (MOETIER_GRAPHS=0 turns
+// that off); the logits are the same as a plain forward's.
+//
 // Protocol: an Engine and its sessions are driven from one thread (the
 // provider and the backend are single-caller, see experts/provider.h and
 // backend/backend.h); sessions may interleave freely on that thread. A
@@ -29,6 +33,7 @@ class Checkpoint;
 class Session {
  public:
   Session(const Model& model, ExpertProvider& experts, int64_t capacity);
+  ~Session();
 
   // Runs tokens at the current position and advances it. Returns the logits
   // of the last token [vocab], or of every token [n, vocab] with all_logits.
@@ -45,11 +50,21 @@ class Session {
   const Model& model() const { return *model_; }
 
  private:
+  bool graphable(const ForwardOptions& opt) const;
+  bool decode_graph(int32_t token);  // false: not replayed, run the plain forward
+  void drop_graph();
+
   const Model* model_;
   ExpertProvider* experts_;
   std::unique_ptr<SequenceState> state_;
   int64_t pos_ = 0;
   std::vector<float> logits_;
+  // Decode graphs (Backend::graph_*): recorded on the second decode step of a
+  // resident model, replayed after; dropped when another forward runs.
+  int graph_ = -1;
+  int64_t plain_decodes_ = 0;
+  bool graphs_off_ = false;
+  DeviceBuffer device_logits_;  // [vocab]
 };
 
 struct EngineOptions {

@@ -57,6 +57,7 @@ struct Loaded {
 // A state the qwen3_moe forward must refuse.
 struct OtherState final : SequenceState {
   int64_t size() const override { return 0; }
+  void set_size(int64_t) override {}
   int64_t capacity() const override { return 4; }
   uint64_t bytes() const override { return 0; }
 };

@@ -55,6 +55,56 @@ class Qwen3Moe final : public Architecture {
     return out;
   }
 
+  std::vector<std::string_view> presets() const override {
+    return {"qwen3-30b-a3b", "deepseek-v4-flash-experts"};
+  }
+
+  // Qwen3-30B-A3B as published (48 layers, 128 experts of 768, top-8, vocab
+  // 151936), and DeepSeek-V4-Flash's expert shapes (hidden 4096, 256 experts
+  // of 2048, top-6) around a deliberately small attention (8 query heads, 1
+  // kv head) and vocabulary (8192), so the experts dominate the bytes.
+  nlohmann::json preset(std::string_view name) const override {
+    nlohmann::json c = {{"architectures", {"Qwen3MoeForCausalLM"}},
+                        {"model_type", "qwen3_moe"},
+                        {"head_dim", 128},
+                        {"decoder_sparse_step", 1},
+                        {"mlp_only_layers", nlohmann::json::array()},
+                        {"norm_topk_prob", true},
+                        {"rms_norm_eps", 1e-6},
+                        {"rope_theta", 1000000.0},
+                        {"max_position_embeddings", 40960},
+                        {"tie_word_embeddings", false},
+                        {"attention_bias", false},
+                        {"hidden_act", "silu"},
+                        {"use_sliding_window", false},
+                        {"torch_dtype", "bfloat16"}};
+    if (name == "qwen3-30b-a3b") {
+      c.update({{"vocab_size", 151936},
+                {"hidden_size", 2048},
+                {"intermediate_size", 6144},
+                {"moe_intermediate_size", 768},
+                {"num_hidden_layers", 48},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 4},
+                {"num_experts", 128},
+                {"num_experts_per_tok", 8}});
+      return c;
+    }
+    if (name == "deepseek-v4-flash-experts") {
+      c.update({{"vocab_size", 8192},
+                {"hidden_size", 4096},
+                {"intermediate_size", 2048},
+                {"moe_intermediate_size", 2048},
+                {"num_hidden_layers", 43},
+                {"num_attention_heads", 8},
+                {"num_key_value_heads", 1},
+                {"num_experts", 256},
+                {"num_experts_per_tok", 6}});
+      return c;
+    }
+    return nullptr;
+  }
+
   nlohmann::json with_num_experts(const nlohmann::json& config, int64_t n) const override {
     nlohmann::json c = config;
     if (c.contains("num_experts")) c["num_experts"] = n;

@@ -261,32 +261,33 @@ Qwen3MoeTensorMap qwen3_moe_tensor_map(const Qwen3MoeConfig& c) {
   const int64_t q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
   const MoeTensorNames names;
   Qwen3MoeTensorMap m;
-  m.embed = {"model.embed_tokens.weight", {c.vocab_size, H}};
-  m.final_norm = {"model.norm.weight", {H}};
-  m.lm_head = {"lm_head.weight", {c.vocab_size, H}, c.tie_word_embeddings};
+  using R = TensorRole;
+  m.embed = {"model.embed_tokens.weight", {c.vocab_size, H}, false, R::Embedding};
+  m.final_norm = {"model.norm.weight", {H}, false, R::Norm};
+  m.lm_head = {"lm_head.weight", {c.vocab_size, H}, c.tie_word_embeddings, R::LmHead};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = names.layer_prefix(l), a = p + "self_attn.";
     Qwen3MoeLayerTensors t;
-    t.input_norm = {p + "input_layernorm.weight", {H}};
-    t.post_attention_norm = {p + "post_attention_layernorm.weight", {H}};
+    t.input_norm = {p + "input_layernorm.weight", {H}, false, R::Norm};
+    t.post_attention_norm = {p + "post_attention_layernorm.weight", {H}, false, R::Norm};
     t.q = {a + "q_proj.weight", {q, H}};
     t.k = {a + "k_proj.weight", {kv, H}};
     t.v = {a + "v_proj.weight", {kv, H}};
-    t.o = {a + "o_proj.weight", {H, q}};
+    t.o = {a + "o_proj.weight", {H, q}, false, R::ResidualWrite};
     if (c.attention_bias) {
       t.q_bias = {a + "q_proj.bias", {q}};
       t.k_bias = {a + "k_proj.bias", {kv}};
       t.v_bias = {a + "v_proj.bias", {kv}};
       t.o_bias = {a + "o_proj.bias", {H}};
     }
-    t.q_norm = {a + "q_norm.weight", {D}};
-    t.k_norm = {a + "k_norm.weight", {D}};
+    t.q_norm = {a + "q_norm.weight", {D}, false, R::Norm};
+    t.k_norm = {a + "k_norm.weight", {D}, false, R::Norm};
     if (c.is_moe_layer(l)) {
-      t.router = {names.router_tensor(l), {c.num_experts, H}};
+      t.router = {names.router_tensor(l), {c.num_experts, H}, false, R::Router};
     } else {
       t.gate = {p + "mlp.gate_proj.weight", {I, H}};
       t.up = {p + "mlp.up_proj.weight", {I, H}};
-      t.down = {p + "mlp.down_proj.weight", {H, I}};
+      t.down = {p + "mlp.down_proj.weight", {H, I}, false, R::ResidualWrite};
     }
     m.layers.push_back(std::move(t));
   }

@@ -33,8 +33,8 @@ void Qwen3MoeModel::attention(int64_t layer, float* x, int64_t n, int64_t start_
   be.rope(q, n, nh, hd, start_pos, inv_freq_);
   be.rope(k, n, nkv, hd, start_pos, inv_freq_);
   KvCache& kv = st.kv;
-  be.copy(kv.keys(layer) + start_pos * kvd, k, size_t(n * kvd) * sizeof(float));
-  be.copy(kv.values(layer) + start_pos * kvd, v, size_t(n * kvd) * sizeof(float));
+  be.kv_write(kv.keys(layer), k, start_pos, kvd, n);
+  be.kv_write(kv.values(layer), v, start_pos, kvd, n);
 
   // transformers: scaling = head_dim ** -0.5 (a double, applied to f32 scores).
   const float scale = float(std::pow(double(hd), -0.5));

@@ -53,6 +53,10 @@ std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64
 
   const int64_t first = opt.all_logits ? 0 : n - 1, rows = n - first;
   be.rmsnorm(x + first * h, final_norm_, rows, h, eps, xn);
+  if (opt.device_logits) {
+    be.matmul(lm_head_, xn, rows, opt.device_logits);
+    return {};
+  }
   std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));  // [rows, vocab] host
   if (be.is_host()) {
     be.matmul(lm_head_, xn, rows, logits.data());
@@ -81,6 +85,15 @@ void Qwen3MoeModel::moe(int64_t layer, const float* xn, std::span<const int32_t>
                         float* out, Workspace& ws) const {
   const int64_t n = int64_t(tokens.size());
   const Phase phase = n > 1 ? Phase::Prefill : Phase::Decode;
+  const int table = experts.device_table(layer);
+  if (n == 1 && table >= 0 && !(opt.observer && *opt.observer)) {  // resident decode, no host
+    const DeviceRouting d =
+        route_softmax_topk_device(*be_, layers_[size_t(layer)].router, xn, n,
+                                  cfg_.num_experts_per_tok, cfg_.norm_topk_prob, ws);
+    be_->moe_resident(table, d.ids, d.weights, cfg_.num_experts_per_tok, xn, cfg_.hidden_size,
+                      cfg_.moe_intermediate_size, out);
+    return;
+  }
   const Routing r = route_softmax_topk(*be_, layers_[size_t(layer)].router, xn, n,
                                        cfg_.num_experts_per_tok, cfg_.norm_topk_prob, ws);
   if (opt.observer && *opt.observer) {

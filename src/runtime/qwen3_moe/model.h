@@ -45,6 +45,7 @@ struct State final : SequenceState {
   State(Backend& be, const Qwen3MoeConfig& c, int64_t capacity)
       : kv(be, c.num_hidden_layers, capacity, c.num_key_value_heads, c.head_dim), ws(be) {}
   int64_t size() const override { return kv.size(); }
+  void set_size(int64_t n) override { kv.set_size(n); }
   int64_t capacity() const override { return kv.capacity(); }
   uint64_t bytes() const override { return kv.bytes() + ws.bytes(); }
   KvCache kv;

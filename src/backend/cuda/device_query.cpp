@@ -1,10 +1,10 @@
-#include <cuda_runtime.h>
+// Device queries (no backend needed): count and names of CUDA devices.
+#include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <string>
 
 #include "backend/backend.h"
-#include "core/error.h"
 
 namespace moetier {
 
@@ -27,9 +27,5 @@ std::string cuda_device_name(int device) {
 }
 
 bool built_with_cuda() { return true; }
-
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  fail("--backend cuda: the CUDA backend is not implemented yet (device {})", device);
-}
 
 }  // namespace moetier

@@ -1,0 +1,295 @@
+// The CUDA backend: plain device allocations (never managed memory), one
+// non-blocking stream, cuBLAS for large matrix products, kernels/cuda for
+// everything else.
+//
+// Precision: chunks of at most kGemvMax tokens (decode, short prompts) run
+// the f32-activation kernels (the CPU's numerics up to summation order);
+// longer chunks run bf16 tensor-core GEMMs with f32 accumulation (activations
+// and weights rounded to bf16), as llama.cpp and vLLM do for prefill.
+// MOETIER_CUDA_PREFILL=f32 keeps every chunk on the f32 path (tests).
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "kernels/cb3.h"
+#include "kernels/cuda/cuda.h"
+#include "kernels/matview.h"
+
+namespace moetier {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("cuda: {}: {}", what, cudaGetErrorString(e));
+}
+
+void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cublas: {}: status {}", what, int(s));
+}
+
+size_t scale_bytes(const MatView& w) {
+  if (w.enc == WeightEncoding::MXFP4) return size_t(w.rows * (w.cols / 32));
+  if (w.enc == WeightEncoding::CB3) return size_t(w.rows * 16);
+  return 0;
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  const int n = cuda_device_count();
+  check(device >= 0 && device < n, "--backend cuda:{}: {} CUDA devices present", device, n);
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  cudaDeviceProp p{};
+  cuda_check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  name_ = fmt::format("cuda:{} ({})", device, p.name);
+  total_mem_ = p.totalGlobalMem;
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_blas(cublasCreate(&blas_), "cublasCreate");
+  check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
+  const char* pf = std::getenv("MOETIER_CUDA_PREFILL");
+  f32_prefill_ = pf && std::string(pf) == "f32";
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  // Everything this backend owns goes before the stream it was used on.
+  for (Scratch* s : {&ids_, &attn_, &arrays_, &h_, &d_, &wbf_, &xbf_, &g_, &u_, &hbf_, &y_, &rows_,
+                     &rw_, &prep_})
+    s->buf.reset();
+  tables_.clear();
+  for (cudaGraphExec_t g : graphs_)
+    if (g) cudaGraphExecDestroy(g);
+  step_dev_.reset(), step_host_.reset();
+  if (blas_) cublasDestroy(blas_);
+  if (stream_) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+}
+
+DeviceBuffer CudaBackend::alloc(size_t bytes) {
+  check(!recording_,
+        "cuda graph: {} of device memory asked for while recording a decode step "
+        "(a step run before must size every buffer)",
+        format_bytes(bytes));
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    fail("{}: cannot allocate {} of device memory ({} free of {}): {}", name_, format_bytes(bytes),
+         format_bytes(free_b), format_bytes(total), cudaGetErrorString(e));
+  }
+  return DeviceBuffer(this, p, bytes);
+}
+
+DeviceBuffer CudaBackend::alloc_host(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, std::max<size_t>(bytes, 4096));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("{}: cannot allocate {} of pinned host memory: {}", name_, format_bytes(bytes),
+         cudaGetErrorString(e));
+  }
+  return DeviceBuffer(this, p, bytes);
+}
+
+void CudaBackend::release(void* p, size_t) {
+  if (stream_) cudaStreamSynchronize(stream_);  // ops issued before may still use it
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost)
+    cudaFreeHost(p);
+  else
+    cudaFree(p);
+  cudaGetLastError();
+}
+
+void CudaBackend::to_device(void* dst, const void* src, size_t n) {
+  cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), "copy to device");
+  cudaPointerAttributes a{};
+  // Pinned sources are copied asynchronously: wait so that the caller may
+  // reuse src on return (pageable sources are staged before the call returns).
+  if (cudaPointerGetAttributes(&a, src) == cudaSuccess && a.type == cudaMemoryTypeHost)
+    synchronize();
+  cudaGetLastError();
+}
+
+void CudaBackend::to_host(void* dst, const void* src, size_t n) {
+  cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "copy to host");
+  synchronize();
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t n) {
+  cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_), "device copy");
+}
+
+MatView CudaBackend::weights(const MatView& host, WeightStore& store) {
+  kernels::check_matview(host, "cuda weights");
+  MatView d = host;
+  const size_t bytes = size_t(kernels::row_bytes(host) * host.rows);
+  store.buffers.push_back(alloc(bytes));
+  cuda_check(cudaMemcpy(store.buffers.back().data(), host.data, bytes, cudaMemcpyHostToDevice),
+             "upload weights");
+  d.data = store.buffers.back().data();
+  if (const size_t sb = scale_bytes(host)) {
+    store.buffers.push_back(alloc(sb));
+    cuda_check(cudaMemcpy(store.buffers.back().data(), host.scales, sb, cudaMemcpyHostToDevice),
+               "upload scales");
+    d.scales = store.buffers.back().as<uint8_t>();
+  }
+  return d;
+}
+
+const float* CudaBackend::vector(std::span<const float> host, WeightStore& store) {
+  store.buffers.push_back(alloc(host.size() * sizeof(float)));
+  cuda_check(cudaMemcpy(store.buffers.back().data(), host.data(), host.size() * sizeof(float),
+                        cudaMemcpyHostToDevice),
+             "upload vector");
+  return store.buffers.back().as<float>();
+}
+
+void CudaBackend::embed(const MatView& table, std::span<const int32_t> tokens, float* out) {
+  if (recording_) {  // the token comes from the step slot at replay
+    check(tokens.size() == 1, "cuda graph: a decode step embeds one token, not {}", tokens.size());
+    const auto* tok =
+        reinterpret_cast<const int32_t*>(step_dev_.as<char>() + offsetof(StepArgs, token));
+    return cuda::embed(table, tok, 1, out, stream_), after("embed");
+  }
+  auto* ids = static_cast<int32_t*>(ids_.get(*this, tokens.size() * sizeof(int32_t)));
+  to_device(ids, tokens.data(), tokens.size() * sizeof(int32_t));
+  cuda::embed(table, ids, int64_t(tokens.size()), out, stream_), after("embed");
+}
+
+const int64_t* CudaBackend::step_pos(int64_t pos) const {
+  if (!recording_) return nullptr;
+  check(pos == record_pos_, "cuda graph: an op at position {} while recording step {}", pos,
+        record_pos_);
+  return step_dev_.as<int64_t>();
+}
+
+void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
+  check(!recording_, "cuda graph: already recording");
+  if (!step_dev_.data()) {
+    step_dev_ = alloc(sizeof(StepArgs));
+    step_host_ = alloc_host(sizeof(StepArgs));
+  }
+  // Attention's split scratch for any step up to max_positions (heads <= 128,
+  // head_dim <= 256): nothing may be allocated while recording.
+  attn_.get(*this, size_t(cuda::attention_scratch_floats(1, max_positions, 128, 256)) * 4);
+  recording_ = true;
+  record_pos_ = pos;
+  record_max_ = max_positions;
+  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
+}
+
+int CudaBackend::graph_end() {
+  check(recording_, "cuda graph: not recording");
+  recording_ = false;
+  cudaGraph_t g = nullptr;
+  cuda_check(cudaStreamEndCapture(stream_, &g), "end capture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  cuda_check(e, "instantiate graph");
+  graphs_.push_back(exec);
+  return int(graphs_.size() - 1);
+}
+
+void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
+  check(graph >= 0 && size_t(graph) < graphs_.size() && graphs_[size_t(graph)],
+        "cuda graph: no graph {}", graph);
+  check(pos >= 0 && pos < record_max_, "cuda graph: position {} outside [0, {})", pos, record_max_);
+  synchronize();  // the pinned step slot may still be read by the previous replay
+  auto* h = step_host_.as<StepArgs>();
+  h->pos = pos;
+  h->token = token;
+  cuda_check(
+      cudaMemcpyAsync(step_dev_.data(), h, sizeof(StepArgs), cudaMemcpyHostToDevice, stream_),
+      "step args");
+  cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
+}
+
+void CudaBackend::graph_abort() {
+  if (!recording_) return;
+  recording_ = false;
+  cudaGraph_t g = nullptr;
+  cudaStreamEndCapture(stream_, &g);
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();
+}
+
+void CudaBackend::graph_drop(int graph) {
+  if (graph < 0 || size_t(graph) >= graphs_.size() || !graphs_[size_t(graph)]) return;
+  synchronize();
+  cudaGraphExecDestroy(graphs_[size_t(graph)]);
+  graphs_[size_t(graph)] = nullptr;
+}
+
+void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) {
+  kernels::check_matview(w, "cuda matmul");
+  if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, false);
+  for (int64_t t = 0; t < n; t += kGemvMax) {
+    const int64_t m = std::min(kGemvMax, n - t);
+    cuda::gemv(w, x + t * w.cols, m, y + t * w.rows, false, stream_), after("gemv");
+  }
+}
+
+// y [n, rows] (+)= x [n, cols] w^T on tensor cores: x and w rounded to bf16
+// (w decoded kDecodeChunk bytes at a time), f32 accumulation and output.
+void CudaBackend::gemm_bf16(const MatView& w, const float* x, int64_t n, float* y,
+                            bool accumulate) {
+  auto* xb = static_cast<uint16_t*>(xbf_.get(*this, size_t(n * w.cols) * 2));
+  cuda::f32_to_bf16(x, n * w.cols, xb, stream_), after("f32_to_bf16");
+  gemm_bf16_raw(w, xb, n, y, accumulate);
+}
+
+// w decoded to bf16 kDecodeChunk bytes at a time; f32 accumulation and output.
+void CudaBackend::gemm_bf16_raw(const MatView& w, const uint16_t* xb, int64_t n, float* y,
+                                bool accumulate) {
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kDecodeChunk / size_t(w.cols * 2)));
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+    const int64_t rows = std::min(chunk, w.rows - r0);
+    MatView part = w;
+    part.rows = rows;
+    part.data = static_cast<const uint8_t*>(w.data) + r0 * kernels::row_bytes(w);
+    if (w.scales) part.scales = w.scales + r0 * int64_t(scale_bytes(w) / size_t(w.rows));
+    auto* wb = static_cast<uint16_t*>(wbf_.get(*this, size_t(rows * w.cols) * 2));
+    cuda::decode_to_bf16(part, wb, stream_), after("decode_to_bf16");
+    // Column-major view: Y^T [rows, n] = W [rows, cols] X^T [cols, n].
+    check_blas(
+        cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n), int(w.cols), &one, wb,
+                     CUDA_R_16BF, int(w.cols), xb, CUDA_R_16BF, int(w.cols), &beta, y + r0,
+                     CUDA_R_32F, int(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "gemm bf16");
+  }
+}
+
+void CudaBackend::attention(const float* q, const float* k, const float* v, int64_t n_q,
+                            int64_t first_pos, int64_t heads, int64_t kv_heads, int64_t hd,
+                            float scale, float* out) {
+  check(hd <= 256 && heads % kv_heads == 0, "cuda attention: head_dim {} (<= 256), heads {} / {}",
+        hd, heads, kv_heads);
+  const int64_t* d_pos = step_pos(first_pos);
+  const int64_t covered = d_pos ? record_max_ : first_pos + n_q;
+  const int64_t sf = cuda::attention_scratch_floats(n_q, covered, heads, hd);
+  float* scratch = sf ? static_cast<float*>(attn_.get(*this, size_t(sf) * 4)) : nullptr;
+  cuda::attention(q, k, v, n_q, first_pos, d_pos, record_max_, heads, kv_heads, hd, scale, out,
+                  scratch, stream_);
+  after("attention");
+}
+
+void CudaBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renorm,
+                               float* probs, int32_t* ids, float* weights) {
+  check(k >= 1 && k <= e && e <= 1024 && k <= 32, "cuda router: top-{} of {} experts", k, e);
+  cuda::softmax_topk(logits, n, e, k, renorm, probs, ids, weights, stream_), after("softmax_topk");
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<CudaBackend>(device);
+}
+
+CudaBackend* as_cuda(Backend& be) { return dynamic_cast<CudaBackend*>(&be); }
+
+}  // namespace moetier

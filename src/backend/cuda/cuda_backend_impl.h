@@ -1,0 +1,133 @@
+// The CUDA backend's class (backend/cuda/*.cpp share it; nothing else
+// includes this). See cuda_backend.cpp for the precision policy.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda.h"
+
+namespace moetier {
+
+constexpr int64_t kGemvMax = 64;               // tokens per chunk on the f32 path
+constexpr int64_t kGroupGemmMin = 32;          // expert pairs that take the GEMM path
+constexpr size_t kDecodeChunk = 256ull << 20;  // bytes of bf16 weights decoded at a time
+
+// Throws Error naming the call when s is not CUBLAS_STATUS_SUCCESS.
+void check_blas(cublasStatus_t s, const char* what);
+// Bytes of w's scales (MXFP4) or codebook (CB3); 0 for f32 / bf16.
+size_t scale_bytes(const MatView& w);
+
+// A growable device buffer for one purpose.
+struct Scratch {
+  DeviceBuffer buf;
+  void* get(Backend& be, size_t bytes) {
+    if (buf.bytes() < bytes) {
+      buf.reset();
+      buf = be.alloc(bytes + bytes / 4 + 256);
+    }
+    return buf.data();
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return name_; }
+  bool is_host() const override { return false; }
+  uint64_t device_memory() const override { return total_mem_; }
+  cudaStream_t stream() const { return stream_; }
+
+  DeviceBuffer alloc(size_t bytes) override;
+  DeviceBuffer alloc_host(size_t bytes) override;
+  void release(void* p, size_t bytes) override;
+  void to_device(void* dst, const void* src, size_t n) override;
+  void to_host(void* dst, const void* src, size_t n) override;
+  void copy(void* dst, const void* src, size_t n) override;
+  void fill_zero(float* x, int64_t n) override { cuda::fill_zero(x, n, stream_), after("fill"); }
+  void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  MatView weights(const MatView& host, WeightStore& store) override;
+  const float* vector(std::span<const float> host, WeightStore& store) override;
+
+  void embed(const MatView& table, std::span<const int32_t> tokens, float* out) override;
+  void matmul(const MatView& w, const float* x, int64_t n, float* y) override;
+  void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps,
+               float* y) override {
+    cuda::rmsnorm(x, w, n, dim, eps, y, stream_), after("rmsnorm");
+  }
+  void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0,
+            const float* inv_freq) override {
+    cuda::rope(x, n, heads, hd, pos0, step_pos(pos0), inv_freq, stream_), after("rope");
+  }
+  void kv_write(float* cache, const float* src, int64_t pos, int64_t row, int64_t n) override {
+    cuda::kv_write(cache, src, pos, step_pos(pos), row, n, stream_), after("kv_write");
+  }
+  bool supports_graphs() const override { return true; }
+  void graph_begin(int64_t pos, int64_t max_positions) override;
+  int graph_end() override;
+  void graph_launch(int graph, int64_t pos, int32_t token) override;
+  void graph_drop(int graph) override;
+  void graph_abort() override;
+  void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
+                 int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* out) override;
+  void add(float* x, const float* y, int64_t n) override {
+    cuda::add(x, y, n, stream_), after("add");
+  }
+  void add_rows(float* y, const float* b, int64_t n, int64_t dim) override {
+    cuda::add_rows(y, b, n, dim, stream_), after("add_rows");
+  }
+  void silu_mul(float* g, const float* u, int64_t n) override {
+    cuda::silu_mul(g, u, n, stream_), after("silu_mul");
+  }
+  void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
+                    float* probs, int32_t* ids, float* weights) override;
+  void expert_batch(const ExpertBatch& b) override;
+  int register_experts(std::span<const ExpertView> views) override;
+  void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k, const float* x,
+                    int64_t hidden, int64_t intermediate, float* out) override;
+
+ private:
+  void after(const char* what) { cuda_check(cudaGetLastError(), what); }
+  // While recording a decode graph: the device copy of the step's position
+  // (pos must be the recorded step's); else null (use the host value).
+  const int64_t* step_pos(int64_t pos) const;
+  void gemm_bf16(const MatView& w, const float* x, int64_t n, float* y, bool accumulate);
+  // y [n, rows] (+)= xb [n, cols] (bf16, device) w^T.
+  void gemm_bf16_raw(const MatView& w, const uint16_t* xb, int64_t n, float* y, bool accumulate);
+  void expert_gemm(const ExpertBatch& b, size_t i);               // one large expert group
+  void experts_gemv(const ExpertBatch& b, size_t i0, size_t i1);  // experts [i0, i1)
+  template <typename T>
+  T* upload_array(Scratch& s, const std::vector<T>& v);
+
+  int device_ = 0;
+  std::string name_;
+  uint64_t total_mem_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  bool f32_prefill_ = false;
+  Scratch ids_, attn_, arrays_, h_, d_, wbf_, xbf_, g_, u_, hbf_, y_, rows_, rw_;
+  struct Table {        // a registered layer of resident experts
+    DeviceBuffer ptrs;  // [num_experts] cuda::ExpertPtrs
+    WeightEncoding enc = WeightEncoding::BF16;
+    bool vec = false;
+  };
+  std::vector<Table> tables_;
+  Scratch prep_;
+  // Decode graphs.
+  struct StepArgs {  // pinned host, copied to step_dev_ before each replay
+    int64_t pos;
+    int32_t token, pad;
+  };
+  bool recording_ = false;
+  int64_t record_pos_ = 0, record_max_ = 0;
+  DeviceBuffer step_dev_, step_host_;  // [1] StepArgs device / pinned host
+  std::vector<cudaGraphExec_t> graphs_;
+};
+
+}  // namespace moetier

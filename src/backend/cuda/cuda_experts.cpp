@@ -1,0 +1,191 @@
+// CudaBackend::expert_batch: experts in ascending order; runs of small token
+// groups go to the f32 expert kernels in one launch (kernels/cuda/experts.cu),
+// groups of at least kGroupGemmMin pairs to bf16 tensor-core GEMMs (prefill).
+// Each token's contributions are added in ascending expert order either way.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "core/error.h"
+
+namespace moetier {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+cuda::ExpertPtrs ptrs_of(const ExpertView& v) {
+  return {{v.gate.data, v.up.data, v.down.data}, {v.gate.scales, v.up.scales, v.down.scales}};
+}
+
+bool uniform(const ExpertView& v) { return v.gate.enc == v.up.enc && v.up.enc == v.down.enc; }
+
+}  // namespace
+
+template <typename T>
+T* CudaBackend::upload_array(Scratch& s, const std::vector<T>& v) {
+  auto* d = static_cast<T*>(s.get(*this, std::max<size_t>(1, v.size()) * sizeof(T)));
+  if (!v.empty()) to_device(d, v.data(), v.size() * sizeof(T));
+  return d;
+}
+
+void CudaBackend::expert_batch(const ExpertBatch& b) {
+  const size_t m = b.experts.size();
+  check(b.offsets.size() == m + 1, "expert batch: {} offsets for {} experts", b.offsets.size(), m);
+  size_t i = 0;
+  while (i < m) {
+    // The precision policy of matmul: tensor cores only for chunks of more
+    // than kGemvMax tokens.
+    auto big = [&](size_t e) {
+      return !f32_prefill_ && b.n > kGemvMax && b.offsets[e + 1] - b.offsets[e] >= kGroupGemmMin;
+    };
+    if (big(i)) {
+      expert_gemm(b, i++);
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < m && !big(j) && b.experts[j].gate.enc == b.experts[i].gate.enc) ++j;
+    experts_gemv(b, i, j);
+    i = j;
+  }
+}
+
+// The ExpertLaunch arrays of experts [i0, i1), packed in one upload:
+// [ExpertPtrs m][pair_offsets m+1][pair_token P][token_offsets T+1]
+// [token_pairs P][pair_expert P][token_rows T][pair_weight P].
+void CudaBackend::experts_gemv(const ExpertBatch& b, size_t i0, size_t i1) {
+  const int32_t m = int32_t(i1 - i0);
+  const int64_t p0 = b.offsets[i0], pairs = b.offsets[i1] - p0;
+  std::vector<cuda::ExpertPtrs> ptrs;
+  bool vec = true;
+  int32_t max_pairs = 0;
+  for (size_t e = i0; e < i1; ++e) {
+    const ExpertView& v = b.experts[e];
+    check(uniform(v) && v.gate.enc == b.experts[i0].gate.enc,
+          "cuda experts: one encoding per expert batch");
+    ptrs.push_back(ptrs_of(v));
+    vec = vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
+    max_pairs = std::max<int32_t>(max_pairs, int32_t(b.offsets[e + 1] - b.offsets[e]));
+  }
+  std::vector<int32_t> rows;  // distinct tokens, ascending
+  std::vector<int32_t> slot(size_t(b.n), -1);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int32_t t = int32_t(b.tokens[size_t(p0 + p)]);
+    if (slot[size_t(t)] < 0) slot[size_t(t)] = 0, rows.push_back(t);
+  }
+  std::sort(rows.begin(), rows.end());
+  for (size_t r = 0; r < rows.size(); ++r) slot[size_t(rows[r])] = int32_t(r);
+  const int32_t T = int32_t(rows.size());
+  std::vector<int32_t> ints(size_t(m + 1 + pairs + T + 1 + 2 * pairs + T));
+  int32_t* pair_offsets = ints.data();
+  int32_t* pair_token = pair_offsets + m + 1;
+  int32_t* token_offsets = pair_token + pairs;
+  int32_t* token_pairs = token_offsets + T + 1;
+  int32_t* pair_expert = token_pairs + pairs;
+  int32_t* token_rows = pair_expert + pairs;
+  for (int32_t e = 0; e <= m; ++e) pair_offsets[e] = int32_t(b.offsets[i0 + size_t(e)] - p0);
+  std::vector<int32_t> count(size_t(T) + 1, 0);
+  for (int32_t e = 0; e < m; ++e)
+    for (int32_t p = pair_offsets[e]; p < pair_offsets[e + 1]; ++p) {
+      pair_token[p] = int32_t(b.tokens[size_t(p0 + p)]);
+      pair_expert[p] = e;
+      ++count[size_t(slot[size_t(pair_token[p])]) + 1];
+    }
+  for (int32_t t = 0; t < T; ++t) count[size_t(t) + 1] += count[size_t(t)];
+  std::copy(count.begin(), count.end(), token_offsets);
+  for (int32_t p = 0; p < pairs; ++p)  // pairs ascend by expert: so do each token's
+    token_pairs[count[size_t(slot[size_t(pair_token[p])])]++] = p;
+  std::copy(rows.begin(), rows.end(), token_rows);
+  std::vector<float> w(b.weights.begin() + p0, b.weights.begin() + p0 + pairs);
+
+  const cuda::ExpertPtrs* dptr = upload_array(arrays_, ptrs);
+  const int32_t* dint = upload_array(rows_, ints);
+  const float* dw = upload_array(rw_, w);
+  cuda::ExpertLaunch l;
+  l.enc = b.experts[i0].gate.enc;
+  l.hidden = b.hidden;
+  l.inter = b.intermediate;
+  l.m = m;
+  l.experts = dptr;
+  l.pair_offsets = dint;
+  l.pair_token = dint + m + 1;
+  l.n = T;
+  l.token_offsets = l.pair_token + pairs;
+  l.token_pairs = l.token_offsets + T + 1;
+  l.pair_expert = l.token_pairs + pairs;
+  l.token_rows = l.pair_expert + pairs;
+  l.pair_weight = dw;
+  l.x = b.x;
+  l.pairs = int32_t(pairs);
+  l.h =
+      static_cast<float*>(h_.get(*this, size_t(std::max<int64_t>(1, pairs) * b.intermediate) * 4));
+  l.d = static_cast<float*>(d_.get(*this, size_t(std::max<int64_t>(1, pairs) * b.hidden) * 4));
+  l.out = b.out;
+  l.max_pairs_per_expert = max_pairs;
+  l.vec_ok = vec;
+  cuda::experts(l, stream_), after("experts");
+}
+
+// One expert on m >= kGroupGemmMin tokens: gather, gate/up GEMMs, silu * up,
+// down GEMM, weighted scatter-add into out.
+void CudaBackend::expert_gemm(const ExpertBatch& b, size_t i) {
+  const ExpertView& v = b.experts[i];
+  const int64_t p0 = b.offsets[i], m = b.offsets[i + 1] - p0, H = b.hidden, I = b.intermediate;
+  std::vector<int32_t> rows(static_cast<size_t>(m));
+  for (int64_t p = 0; p < m; ++p) rows[size_t(p)] = int32_t(b.tokens[size_t(p0 + p)]);
+  std::vector<float> w(b.weights.begin() + p0, b.weights.begin() + p0 + m);
+  const int32_t* drows = upload_array(rows_, rows);
+  const float* dw = upload_array(rw_, w);
+  auto* xg = static_cast<uint16_t*>(xbf_.get(*this, size_t(m * H) * 2));  // [m, H] bf16
+  cuda::gather_rows_bf16(b.x, drows, m, H, xg, stream_), after("gather");
+  auto* g = static_cast<float*>(g_.get(*this, size_t(m * I) * 4));  // [m, I]
+  auto* u = static_cast<float*>(u_.get(*this, size_t(m * I) * 4));  // [m, I]
+  gemm_bf16_raw(v.gate, xg, m, g, false);
+  gemm_bf16_raw(v.up, xg, m, u, false);
+  cuda::silu_mul(g, u, m * I, stream_), after("silu_mul");
+  auto* hb = static_cast<uint16_t*>(hbf_.get(*this, size_t(m * I) * 2));  // [m, I] bf16
+  cuda::f32_to_bf16(g, m * I, hb, stream_), after("f32_to_bf16");
+  auto* y = static_cast<float*>(y_.get(*this, size_t(m * H) * 4));  // [m, H]
+  gemm_bf16_raw(v.down, hb, m, y, false);
+  cuda::scatter_add_rows(b.out, y, drows, dw, m, H, stream_), after("scatter_add");
+}
+
+int CudaBackend::register_experts(std::span<const ExpertView> views) {
+  check(!views.empty(), "cuda: an empty expert table");
+  Table t;
+  t.enc = views[0].gate.enc;
+  t.vec = true;
+  std::vector<cuda::ExpertPtrs> ptrs;
+  for (const ExpertView& v : views) {
+    check(uniform(v) && v.gate.enc == t.enc, "cuda: one encoding per expert table");
+    ptrs.push_back(ptrs_of(v));
+    t.vec = t.vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
+  }
+  t.ptrs = alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));
+  cuda_check(cudaMemcpy(t.ptrs.data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs),
+                        cudaMemcpyHostToDevice),
+             "upload expert table");
+  tables_.push_back(std::move(t));
+  return int(tables_.size() - 1);
+}
+
+void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weights, int64_t k,
+                               const float* x, int64_t hidden, int64_t intermediate, float* out) {
+  check(table >= 0 && size_t(table) < tables_.size() && k >= 1 && k <= 32,
+        "cuda: resident experts table {} (of {}), top-{}", table, tables_.size(), k);
+  const Table& t = tables_[size_t(table)];
+  cuda::fill_zero(out, hidden, stream_);
+  void* prep = prep_.get(*this, cuda::expert_prep_bytes(k));
+  cuda::ExpertLaunch l =
+      cuda::prepare_decode_experts(ids, weights, k, t.ptrs.as<cuda::ExpertPtrs>(), prep, stream_);
+  l.enc = t.enc;
+  l.hidden = hidden;
+  l.inter = intermediate;
+  l.x = x;
+  l.h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));
+  l.d = static_cast<float*>(d_.get(*this, size_t(k * hidden) * 4));
+  l.out = out;
+  l.vec_ok = t.vec;
+  cuda::experts(l, stream_), after("resident experts");
+}
+
+}  // namespace moetier

@@ -1,0 +1,114 @@
+// CUDA kernels: pure math on device pointers and shapes, launched on a given
+// stream (the launchers are host functions; backend/cuda/ owns the device,
+// the streams and the memory and calls these). Each kernel has a scalar
+// reference in kernels/ref and is tested against the CPU backend by
+// normalized error on odd shapes (tests/kernels/test_cuda_ops_cuda.cpp).
+//
+// Numerics: activations and accumulation are f32, as on the CPU; weights are
+// decoded exactly (bf16, e2m1 x e8m0, f16 centroids) before they are
+// multiplied. Results differ from the CPU only by summation order, except
+// where a launcher says otherwise (the tensor-core GEMM of gemm_bf16).
+//
+// Launchers never synchronize; errors of a launch are reported by the
+// backend's next check (cudaGetLastError after every launch).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace moetier::cuda {
+
+// Whether gemv/experts can read w 16 bytes at a time (aligned rows whose
+// width suits the encoding); otherwise they take the generic path.
+bool vectorizable(const MatView& w);
+
+// y [n, rows] (+)= x [n, cols] w^T, f32 activations, any encoding; n <= 64
+// per launch is efficient (each weight row is read once per 8 tokens).
+void gemv(const MatView& w, const float* x, int64_t n, float* y, bool accumulate, cudaStream_t s);
+
+// dst [rows, cols] bf16 = w decoded (any encoding), for the tensor-core GEMM.
+void decode_to_bf16(const MatView& w, uint16_t* dst, cudaStream_t s);
+// dst [n] bf16 = src [n] f32 (round to nearest even).
+void f32_to_bf16(const float* src, int64_t n, uint16_t* dst, cudaStream_t s);
+
+void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
+             cudaStream_t s);
+// d_pos: when non-null (graph mode) the position of token 0 is *d_pos, not pos0.
+void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t pos0, const int64_t* d_pos,
+          const float* inv_freq, cudaStream_t s);
+// cache [capacity, row] rows pos .. pos + n - 1 = src [n, row] (pos = *d_pos when non-null).
+void kv_write(float* cache, const float* src, int64_t pos, const int64_t* d_pos, int64_t row,
+              int64_t n, cudaStream_t s);
+void add(float* x, const float* y, int64_t n, cudaStream_t s);
+void add_rows(float* y, const float* b, int64_t n, int64_t dim, cudaStream_t s);
+void silu_mul(float* g, const float* u, int64_t n, cudaStream_t s);
+void fill_zero(float* x, int64_t n, cudaStream_t s);
+// out [n, cols] = rows ids[t] of table decoded to f32; ids device [n].
+void embed(const MatView& table, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
+
+// Router: probs [n, e] = softmax(logits) (may alias), ids/weights [n, k] the
+// top k by descending probability (ties to the lower id), weights divided by
+// their sum when renormalize. e <= 1024, k <= 32.
+void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
+                  float* probs, int32_t* ids, float* weights, cudaStream_t s);
+
+// Causal GQA attention (see Backend::attention). Graph mode: d_pos non-null,
+// the query's position is *d_pos and the grid covers max_positions. scratch:
+// at least attention_scratch_floats(n_q, covered positions, ...) floats, where
+// the covered positions are max_positions in graph mode, else first_pos + n_q.
+int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t head_dim);
+void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
+               const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
+               int64_t head_dim, float scale, float* out, float* scratch, cudaStream_t s);
+
+// One batch of SwiGLU experts (all of one encoding) on grouped tokens.
+struct ExpertPtrs {
+  const void* w[3];     // gate [I, H], up [I, H], down [H, I]
+  const uint8_t* s[3];  // their scales / codebooks (null for f32, bf16)
+};
+struct ExpertLaunch {
+  WeightEncoding enc = WeightEncoding::BF16;
+  int64_t hidden = 0, inter = 0;
+  int32_t m = 0;                           // experts
+  const ExpertPtrs* experts = nullptr;     // [m] device
+  const int32_t* pair_offsets = nullptr;   // [m + 1] device: pairs of expert i
+  const int32_t* pair_token = nullptr;     // [pairs] device: token of each pair
+  int32_t n = 0;                           // tokens (those with pairs)
+  const int32_t* token_offsets = nullptr;  // [n + 1] device: pairs of token t
+  const int32_t* token_pairs = nullptr;    // [pairs] device, ascending expert per token
+  const int32_t* pair_expert = nullptr;    // [pairs] device: index into experts
+  const int32_t* token_rows = nullptr;     // [n] device: row of x/out of token t (null: t)
+  const float* pair_weight = nullptr;      // [pairs] device
+  const float* x = nullptr;                // [n, hidden]
+  int32_t pairs = 0;                       // (expert, token) pairs
+  float* h = nullptr;                      // [pairs, inter] scratch
+  float* d = nullptr;                      // [pairs, hidden] scratch
+  float* out = nullptr;                    // [n, hidden] accumulated into
+  int32_t max_pairs_per_expert = 0;        // launch shape hint
+  bool vec_ok = false;  // every expert pointer is 16-byte aligned (vectorizable())
+};
+// h[p] = silu(gate x[token(p)]) * up x[token(p)]; d[p] = down h[p]; then
+// out[t] += sum over t's pairs in order: weight(p) * d[p] (one accumulator
+// per output, so the order of the sum is the order of token_pairs).
+void experts(const ExpertLaunch& l, cudaStream_t s);
+
+// The tensor-core path of a large expert group (backend/cuda): dst [m, cols]
+// bf16 = rows rows[i] of x [*, cols]; out[rows[i]] += weights[i] * y[i] for
+// y [m, cols] (each row once per call, so no two threads add to one element).
+void gather_rows_bf16(const float* x, const int32_t* rows, int64_t m, int64_t cols, uint16_t* dst,
+                      cudaStream_t s);
+void scatter_add_rows(float* out, const float* y, const int32_t* rows, const float* weights,
+                      int64_t m, int64_t cols, cudaStream_t s);
+
+// Resident decode (n == 1): from the router's ids/weights [k] on the device and
+// a device table [num_experts] of expert pointers, fills the ExpertLaunch
+// arrays (experts in ascending id order) in `prep` (device memory of
+// expert_prep_bytes(k)) without the host. Returns the launch to pass to experts().
+size_t expert_prep_bytes(int64_t k);
+ExpertLaunch prepare_decode_experts(const int32_t* ids, const float* weights, int64_t k,
+                                    const ExpertPtrs* table, void* prep, cudaStream_t s);
+
+}  // namespace moetier::cuda

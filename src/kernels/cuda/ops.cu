@@ -1,0 +1,209 @@
+// Elementwise kernels, RMSNorm, RoPE, embedding rows and the softmax top-k
+// router (kernels/cuda/cuda.h). Each mirrors the CPU kernel's arithmetic
+// (double sum of squares in RMSNorm, f32 products, cos/sin in double).
+#include <cfloat>
+
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/rowdot.cuh"
+
+namespace moetier::cuda {
+namespace {
+
+unsigned grid_for(int64_t n, int block) {
+  const int64_t g = (n + block - 1) / block;
+  return unsigned(g < 65535 ? (g > 0 ? g : 1) : 65535);
+}
+
+#define GRID_STRIDE(i, n)                                                   \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+  const float* xr = x + int64_t(blockIdx.x) * dim;
+  float* yr = y + int64_t(blockIdx.x) * dim;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
+  __shared__ double part[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int i = 0; i < int(blockDim.x + 31) / 32; ++i) t += part[i];
+    part[0] = t;
+  }
+  __syncthreads();
+  const float var = float(part[0] / double(dim));
+  const float r = 1.0f / sqrtf(var + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
+}
+
+__global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0,
+                            const int64_t* d_pos, const float* inv_freq) {
+  if (d_pos) pos0 = *d_pos;
+  const int64_t half = hd / 2;
+  GRID_STRIDE(i, n * heads * half) {
+    const int64_t d = i % half, th = i / half, t = th / heads;
+    const float angle = inv_freq[d] * float(pos0 + t);
+    const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+    float* v = x + th * hd;
+    const float a = v[d], b = v[d + half];
+    v[d] = a * c - b * s;
+    v[d + half] = b * c + a * s;
+  }
+}
+
+__global__ void kv_write_kernel(float* cache, const float* src, int64_t pos, const int64_t* d_pos,
+                                int64_t row, int64_t n) {
+  if (d_pos) pos = *d_pos;
+  GRID_STRIDE(i, n * row) cache[pos * row + i] = src[i];
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) { GRID_STRIDE(i, n) x[i] += y[i]; }
+__global__ void add_rows_kernel(float* y, const float* b, int64_t n, int64_t dim) {
+  GRID_STRIDE(i, n * dim) y[i] += b[i % dim];
+}
+__global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
+  GRID_STRIDE(i, n) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+__global__ void fill_kernel(float* x, int64_t n) { GRID_STRIDE(i, n) x[i] = 0.0f; }
+
+template <int ENC>
+__global__ void embed_kernel(const uint8_t* w, const uint8_t* sc, int64_t cols, const int32_t* ids,
+                             int64_t n, float* out) {
+  __shared__ float lut[16];
+  if constexpr (ENC == kMXFP4) fill_e2m1(lut);
+  __syncthreads();
+  GRID_STRIDE(i, n * cols) out[i] = weight_at<ENC>(w, sc, ids[i / cols], i % cols, cols, lut);
+}
+
+// Block max / sum over blockDim.x <= 1024 threads.
+__device__ float block_reduce(float v, bool is_max, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, u) : v + u;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = sh[0];
+    for (int i = 1; i < int(blockDim.x + 31) / 32; ++i) t = is_max ? fmaxf(t, sh[i]) : t + sh[i];
+    sh[32] = t;
+  }
+  __syncthreads();
+  return sh[32];
+}
+
+// One block per token, one thread per expert.
+__global__ void softmax_topk_kernel(const float* logits, int64_t e, int64_t k, int renorm,
+                                    float* probs, int32_t* ids, float* weights) {
+  __shared__ float sh[33];
+  __shared__ float sel_v[32], wv[32];
+  __shared__ int sel_i[32], wi[32];
+  const int64_t t = blockIdx.x;
+  const int j = threadIdx.x;
+  const bool live = j < e;
+  const float l = live ? logits[t * e + j] : -FLT_MAX;
+  const float m = block_reduce(l, true, sh);
+  const float ex = live ? expf(l - m) : 0.0f;
+  const float sum = block_reduce(ex, false, sh);
+  const float p = live ? ex / sum : -1.0f;
+  if (live) probs[t * e + j] = p;
+  float mine = p;
+  for (int64_t r = 0; r < k; ++r) {
+    // Largest probability, ties to the lower id: reduce (value, -id) pairs.
+    float v = mine;
+    int id = live ? j : INT32_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+      const int id2 = __shfl_xor_sync(0xffffffffu, id, o);
+      if (v2 > v || (v2 == v && id2 < id)) v = v2, id = id2;
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+      wv[threadIdx.x / 32] = v;
+      wi[threadIdx.x / 32] = id;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float bv = wv[0];
+      int best = wi[0];
+      for (int w = 1; w < int(blockDim.x + 31) / 32; ++w)
+        if (wv[w] > bv || (wv[w] == bv && wi[w] < best)) bv = wv[w], best = wi[w];
+      sel_i[r] = best;
+      sel_v[r] = bv;
+    }
+    __syncthreads();
+    if (j == sel_i[r]) mine = -2.0f;  // taken
+  }
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int64_t r = 0; r < k; ++r) s += sel_v[r];
+    for (int64_t r = 0; r < k; ++r) {
+      ids[t * k + r] = sel_i[r];
+      weights[t * k + r] = renorm ? sel_v[r] / s : sel_v[r];
+    }
+  }
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
+             cudaStream_t s) {
+  if (n <= 0) return;
+  const int block = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 128);
+  rmsnorm_kernel<<<unsigned(n), block, 0, s>>>(x, w, dim, eps, y);
+}
+
+void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0, const int64_t* d_pos,
+          const float* inv_freq, cudaStream_t s) {
+  rope_kernel<<<grid_for(n * heads * hd / 2, 256), 256, 0, s>>>(x, n, heads, hd, pos0, d_pos,
+                                                                inv_freq);
+}
+
+void kv_write(float* cache, const float* src, int64_t pos, const int64_t* d_pos, int64_t row,
+              int64_t n, cudaStream_t s) {
+  kv_write_kernel<<<grid_for(n * row, 256), 256, 0, s>>>(cache, src, pos, d_pos, row, n);
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t s) {
+  add_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+}
+void add_rows(float* y, const float* b, int64_t n, int64_t dim, cudaStream_t s) {
+  add_rows_kernel<<<grid_for(n * dim, 256), 256, 0, s>>>(y, b, n, dim);
+}
+void silu_mul(float* g, const float* u, int64_t n, cudaStream_t s) {
+  silu_mul_kernel<<<grid_for(n, 256), 256, 0, s>>>(g, u, n);
+}
+void fill_zero(float* x, int64_t n, cudaStream_t s) {
+  fill_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n);
+}
+
+void embed(const MatView& t, const int32_t* ids, int64_t n, float* out, cudaStream_t s) {
+  const auto* w = static_cast<const uint8_t*>(t.data);
+  const unsigned g = grid_for(n * t.cols, 256);
+  switch (t.enc) {
+    case WeightEncoding::F32:
+      return embed_kernel<kF32><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+    case WeightEncoding::BF16:
+      return embed_kernel<kBF16><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+    case WeightEncoding::MXFP4:
+      return embed_kernel<kMXFP4><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+    case WeightEncoding::CB3:
+      return embed_kernel<kCB3><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+  }
+}
+
+void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renorm, float* probs,
+                  int32_t* ids, float* weights, cudaStream_t s) {
+  if (n <= 0) return;
+  const int block = int((e + 31) / 32 * 32);
+  softmax_topk_kernel<<<unsigned(n), block, 0, s>>>(logits, e, k, renorm ? 1 : 0, probs, ids,
+                                                    weights);
+}
+
+}  // namespace moetier::cuda
