@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "experts/index.h"
 #include "experts/trace.h"
 #include "format/safetensors.h"
-#include "format/safetensors_writer.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/mapped_experts.h"

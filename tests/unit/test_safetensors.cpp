@@ -1,9 +1,11 @@
-// Safetensors parsing, the checkpoint loader, the writer, and fuzzing.
+// Safetensors parsing, the checkpoint loader, the writer (and the atomic
+// files it writes through), and fuzzing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
