@@ -22,11 +22,11 @@
 #include <random>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "experts/options.h"
 #include "format/safetensors.h"
-#include "format/safetensors_writer.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/kv_cache.h"

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "format/safetensors_writer.h"
 #include "model/spec.h"
 

@@ -11,6 +11,7 @@
 
 #include "convert/cb3_fit.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "format/safetensors.h"
 #include "kernels/cb3.h"
@@ -32,9 +33,9 @@ std::string layout_name(const Checkpoint& ck, const MoeTensorNames& n, int64_t l
       return std::string(
           dtype_name(ck.get(n.experts_prefix(layer) + "0." + n.projs[0] + ".weight").dtype));
     case ExpertLayout::PerExpertMxfp4:
-      return "mxfp4";
+      return std::string(encoding_name(WeightEncoding::MXFP4));
     case ExpertLayout::PerExpertCb3:
-      return "cb3";
+      return std::string(encoding_name(WeightEncoding::CB3));
   }
   return "?";
 }

@@ -2,10 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace moetier {
 
 enum class WeightEncoding : uint8_t { F32, BF16, MXFP4, CB3 };
+
+// "f32", "bf16", "mxfp4", "cb3": the one spelling of an encoding in messages,
+// `moetier info`, trace headers and reports.
+std::string_view encoding_name(WeightEncoding e);
 
 // A row-major matrix [rows, cols].
 //   F32/BF16: data -> rows*cols elements.

@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "core/error.h"
 #include "core/units.h"
 #include "format/safetensors.h"
-#include "format/safetensors_writer.h"
 #include "io/sysinfo.h"
 #include "model/spec.h"
 
@@ -133,12 +131,6 @@ std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const M
   auto p = std::make_unique<ArenaExperts>(std::move(ix), ac, stats);
   if (summary) *summary = line + ", reader " + p->reader().name();
   return p;
-}
-
-void report_expert_stats(const ExpertOptions& opt, ExpertStats& stats) {
-  stats.sample_process_io();
-  if (opt.stats) std::fputs(stats.format().c_str(), stderr);
-  if (!opt.stats_json.empty()) write_file_atomic(opt.stats_json, stats.to_json().dump(2) + "\n");
 }
 
 }  // namespace moetier

@@ -10,7 +10,8 @@
 //   --host-cache BYTES   host-RAM tier slots = BYTES / slot size (default none)
 // With none of --arena / --arena-experts, the hot set gets half of
 // MemAvailable (/proc/meminfo) minus the ring, capped at the whole model; the
-// choice is printed. Hot slots are capped at the number of experts.
+// choice is described in the summary line (the CLI prints it). Hot slots are
+// capped at the number of experts.
 #pragma once
 
 #include <cstdint>
@@ -59,9 +60,5 @@ ArenaConfig resolve_arena_config(const ExpertIndex& index, const ModelSpec& cfg,
 std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const ModelSpec& cfg,
                                                    const ExpertOptions& opt, ExpertStats* stats,
                                                    std::string* summary = nullptr);
-
-// --stats / --stats-json at the end of a run: prints stats.format() to stderr
-// and writes stats.to_json() to the file (atomically).
-void report_expert_stats(const ExpertOptions& opt, ExpertStats& stats);
 
 }  // namespace moetier

@@ -1,8 +1,6 @@
-// Writing safetensors files and checkpoint directories, atomically.
-//
-// Files are written to NAME.tmp.PID, fsynced, renamed over NAME, and the parent
-// directory is fsynced. Whole directories are built in DIR.tmp-XXXXXX and
-// renamed to DIR on commit (DIR must not exist yet).
+// Writing safetensors files and checkpoint directories, atomically (through
+// core/atomic_file.h: a file appears whole under its name or not at all; a
+// checkpoint directory is built under a temporary name and renamed).
 //
 // Alignment (docs/formats.md): with `align` set, the header is padded with
 // trailing spaces so that the data section starts at a multiple of `align`,
@@ -24,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/atomic_file.h"  // re-exported for includers that predate it (experts/trace.h)
 #include "core/dtype.h"
 
 namespace moetier {
@@ -43,47 +42,6 @@ struct SafetensorsWriteOptions {
   uint64_t align = 0;  // 0: packed (header padded to 8 bytes); else a power of two
   std::map<std::string, std::string> metadata;  // written as "__metadata__"
 };
-
-// A file written to PATH.tmp.PID and renamed to PATH by commit(); removed
-// if destroyed before commit().
-class AtomicFile {
- public:
-  explicit AtomicFile(std::filesystem::path path);
-  ~AtomicFile();
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(std::span<const std::byte> bytes);
-  void write(std::string_view text);
-  void write_zeros(uint64_t n);
-  uint64_t written() const { return written_; }
-  // fsync, close, rename over the final path, fsync the directory.
-  void commit();
-
- private:
-  std::filesystem::path path_, tmp_;
-  int fd_ = -1;
-  uint64_t written_ = 0;
-};
-
-// A directory built at DIR.tmp-XXXXXX and renamed to DIR by commit(); removed
-// (recursively) if destroyed before commit().
-class AtomicDir {
- public:
-  explicit AtomicDir(std::filesystem::path final_path);
-  ~AtomicDir();
-  AtomicDir(const AtomicDir&) = delete;
-  AtomicDir& operator=(const AtomicDir&) = delete;
-
-  const std::filesystem::path& path() const { return tmp_; }  // write files here
-  void commit();                                              // throws if DIR exists
-
- private:
-  std::filesystem::path final_, tmp_;
-  bool committed_ = false;
-};
-
-void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
 // Writes one safetensors file atomically; tensors are laid out in the given
 // order. Returns the bytes of the real tensors (padding excluded).

@@ -5,20 +5,6 @@
 
 namespace moetier::kernels {
 
-std::string_view encoding_name(WeightEncoding e) {
-  switch (e) {
-    case WeightEncoding::F32:
-      return "f32";
-    case WeightEncoding::BF16:
-      return "bf16";
-    case WeightEncoding::MXFP4:
-      return "mxfp4";
-    case WeightEncoding::CB3:
-      return "cb3";
-  }
-  return "unknown";
-}
-
 void check_matview(const MatView& w, std::string_view what) {
   check(w.rows > 0 && w.cols > 0, "{}: matrix has shape [{}, {}]", what, w.rows, w.cols);
   check(w.data != nullptr, "{}: matrix [{}, {}] has no data", what, w.rows, w.cols);

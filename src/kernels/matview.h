@@ -16,6 +16,4 @@ void check_matview(const MatView& w, std::string_view what);
 // Bytes of one row of w's data (MXFP4: cols/2, CB3: ceil(3 cols / 8)).
 int64_t row_bytes(const MatView& w);
 
-std::string_view encoding_name(WeightEncoding e);
-
 }  // namespace moetier::kernels

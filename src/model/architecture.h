@@ -1,11 +1,14 @@
 // Architecture: the static side of a supported model family (no compute):
 // its names in config.json, the config parser, the tensor map and how its
 // checkpoints name their MoE tensors. Implementations live in
-// model/<arch>/; model/registry.cpp lists them (one line each). The forward
-// pass of an architecture is registered on the runtime side
-// (runtime/registry.cpp), by the same name.
+// model/<arch>/; model/registry.cpp lists them (one line each), and
+// register_architecture() adds one from outside the library (a test, later a
+// plugin). The forward pass of an architecture is registered on the runtime
+// side (runtime/registry.cpp, register_forward), by the same name.
 //
-// Thread-safety: architectures are immutable singletons.
+// Thread-safety: architectures are immutable singletons. Registration is not
+// synchronized with lookups: register every architecture before the first
+// lookup that may run on another thread (at start-up, in a test's set-up).
 #pragma once
 
 #include <filesystem>
@@ -48,8 +51,13 @@ class Architecture {
   MoeTensorNames default_names_;
 };
 
-// Every registered architecture (model/registry.cpp).
+// Every registered architecture: the built-in ones (model/registry.cpp), then
+// those added by register_architecture, in order.
 std::span<const Architecture* const> architectures();
+// Appends `arch` (which must outlive every use: a static). Throws Error when
+// an architecture of that name or one of its class names is already
+// registered. See the thread-safety rule at the top.
+void register_architecture(const Architecture& arch);
 // "qwen3_moe" or "a, b" for messages.
 std::string supported_architectures();
 

@@ -82,15 +82,13 @@ struct Checker {
     auto layer = take_index(s);
     if (!layer) return;
     if (*layer >= c.num_layers)
-      return add(file_of(t), t.name, "layer {} does not exist (num_hidden_layers {})", *layer,
+      return add(file_of(t), t.name, "layer {} does not exist (the config gives {} layers)", *layer,
                  c.num_layers);
     if (!s.starts_with(n.experts)) return;
     s.remove_prefix(n.experts.size());
     if (!c.is_moe_layer(*layer))
       return add(file_of(t), t.name,
-                 "layer {} is a dense MLP layer (mlp_only_layers, "
-                 "decoder_sparse_step) but has expert tensors",
-                 *layer);
+                 "layer {} is a dense layer in the config but has expert tensors", *layer);
     LayerExperts& le = experts[*layer];
     if (s == n.stacked_gate_up) return void(le.gate_up = &t);
     if (s == n.stacked_down) return void(le.down = &t);
@@ -162,7 +160,7 @@ struct Checker {
     const int64_t I = c.expert_intermediate, H = c.hidden_size;
     if (enc == Enc::Mxfp4 && (H % 32 || I % 32)) {
       problems.push_back(
-          fmt::format("{}: field 'hidden_size': {} and moe_intermediate_size {} "
+          fmt::format("{}: hidden size {} and expert intermediate size {} "
                       "must be multiples of 32 for MXFP4 experts (layer {})",
                       (ck.dir() / "config.json").string(), H, I, layer));
       return;

@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "core/units.h"
 #include "format/safetensors.h"
 #include "model/architecture.h"
@@ -15,9 +16,13 @@ namespace moetier {
 
 namespace {
 
+// The experts' encoding (core/tensor.h's names); plain experts by their dtype
+// ("bf16", "f16", "f32": f16 has no WeightEncoding of its own).
 std::string encoding_of(const Checkpoint& ck, const ExpertTensors& e) {
-  if (e.layout == ExpertLayout::PerExpertMxfp4) return "mxfp4";
-  if (e.layout == ExpertLayout::PerExpertCb3) return "cb3";
+  if (e.layout == ExpertLayout::PerExpertMxfp4)
+    return std::string(encoding_name(WeightEncoding::MXFP4));
+  if (e.layout == ExpertLayout::PerExpertCb3)
+    return std::string(encoding_name(WeightEncoding::CB3));
   std::string n(dtype_name(ck.get(e.gate).dtype));
   std::transform(n.begin(), n.end(), n.begin(), [](char ch) { return char(std::tolower(ch)); });
   return n;

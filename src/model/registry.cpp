@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 #include "format/json_util.h"
@@ -11,11 +12,31 @@
 
 namespace moetier {
 
-std::span<const Architecture* const> architectures() {
-  static const Architecture* const kAll[] = {
+namespace {
+
+// The registry: built in, then registered (see architecture.h's thread-safety rule).
+std::vector<const Architecture*>& registry() {
+  static std::vector<const Architecture*> all = {
       &qwen3_moe::architecture(),  // one line per architecture
   };
-  return kAll;
+  return all;
+}
+
+}  // namespace
+
+std::span<const Architecture* const> architectures() { return registry(); }
+
+void register_architecture(const Architecture& arch) {
+  for (const Architecture* a : registry()) {
+    check(a->name() != arch.name(), "architecture '{}' is already registered", arch.name());
+    for (std::string_view c : arch.class_names()) {
+      const auto names = a->class_names();
+      check(std::find(names.begin(), names.end(), c) == names.end(),
+            "architecture '{}': class name '{}' is already registered by '{}'", arch.name(), c,
+            a->name());
+    }
+  }
+  registry().push_back(&arch);
 }
 
 std::string supported_architectures() {

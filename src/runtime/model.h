@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -68,6 +69,14 @@ class Model {
 // one is refused with `moetier check`'s line) onto `be`. The Checkpoint and
 // the Backend must outlive the model.
 std::unique_ptr<Model> load_model(const Checkpoint& ck, Backend& be);
+
+// An architecture's forward pass: loads it from ck onto be.
+using LoadModelFn = std::unique_ptr<Model> (*)(const Checkpoint& ck, Backend& be);
+// Adds the forward pass of the architecture registered (model/architecture.h)
+// under `name`, after the built-in ones (runtime/registry.cpp). Throws Error
+// when `name` already has one. Not synchronized with load_model: register
+// before the first load that may run on another thread, as architectures.
+void register_forward(std::string_view name, LoadModelFn load);
 // The same on a process-wide CPU backend.
 std::unique_ptr<Model> load_model(const Checkpoint& ck);
 Backend& default_cpu_backend();

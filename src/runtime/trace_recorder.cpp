@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/tensor.h"
+#include "experts/index.h"
 #include "format/safetensors.h"
 #include "model/architecture.h"
 #include "runtime/session.h"
@@ -21,6 +23,13 @@ TraceModel trace_model_of(const Model& model) {
   m.moe_layers = c.moe_layers();
   m.hidden = c.hidden_size;
   m.moe_intermediate = c.expert_intermediate;
+  const ExpertIndex ix = ExpertIndex::build(model.checkpoint(), c);
+  m.encoding = m.moe_layers.empty()
+                   ? "unknown"
+                   : std::string(encoding_name(ix.shape(m.moe_layers[0], ExpertPart::GateW).enc));
+  m.expert_bytes = ix.expert_bytes();
+  m.slot_bytes = ix.slot_bytes();
+  m.encodings = expert_encoding_bytes(m.hidden, m.moe_intermediate, m.encoding, m.expert_bytes);
   return m;
 }
 

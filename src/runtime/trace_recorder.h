@@ -18,8 +18,9 @@
 
 namespace moetier {
 
-// The model part of a trace header for `model` (no encodings: the caller adds
-// them, see expert_encoding_bytes).
+// The model part of a trace header for `model`, encodings included: the
+// experts' own (named by encoding_name, measured from the expert index of the
+// model's checkpoint), then the estimates of expert_encoding_bytes.
 TraceModel trace_model_of(const Model& model);
 
 class TraceRecorder {

@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "format/safetensors.h"
-#include "format/safetensors_writer.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
 #include "model/architecture.h"

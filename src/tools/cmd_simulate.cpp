@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "experts/policy.h"
 #include "experts/simulate.h"
 #include "experts/trace.h"
-#include "format/safetensors_writer.h"
 #include "tools/command.h"
 
 namespace moetier::tools {

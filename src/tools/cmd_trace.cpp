@@ -17,12 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "experts/index.h"
 #include "experts/trace.h"
 #include "format/safetensors.h"
-#include "format/safetensors_writer.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/mapped_experts.h"
@@ -97,32 +96,9 @@ class CorpusStream {
   uint64_t bytes_ = 0;
 };
 
-std::string encoding_of(const ExpertIndex& ix) {
-  for (int64_t l = 0; l < ix.num_layers(); ++l) {
-    if (!ix.is_moe_layer(l)) continue;
-    switch (ix.shape(l, ExpertPart::GateW).enc) {
-      case WeightEncoding::F32:
-        return "f32";
-      case WeightEncoding::BF16:
-        return "bf16";
-      case WeightEncoding::MXFP4:
-        return "mxfp4";
-      case WeightEncoding::CB3:
-        return "cb3";
-    }
-  }
-  return "unknown";
-}
-
-TraceHeader make_header(const TraceArgs& a, const Model& model, const Checkpoint& ck) {
+TraceHeader make_header(const TraceArgs& a, const Model& model) {
   TraceHeader h;
-  h.model = trace_model_of(model);
-  const ExpertIndex ix = ExpertIndex::build(ck, model.spec());
-  h.model.encoding = encoding_of(ix);
-  h.model.expert_bytes = ix.expert_bytes();
-  h.model.slot_bytes = ix.slot_bytes();
-  h.model.encodings = expert_encoding_bytes(h.model.hidden, h.model.moe_intermediate,
-                                            h.model.encoding, h.model.expert_bytes);
+  h.model = trace_model_of(model);  // encodings included
   for (const std::string& c : a.corpus) h.corpus.push_back(c == "-" ? "stdin" : c);
   h.f32_weights = a.weights == "f32";
   h.settings = {{"tokens", a.tokens},      {"window", a.window},
@@ -164,7 +140,7 @@ void trace(const TraceArgs& a) {
         a.window, a.decode, a.window + a.decode, lim.tokens, lim.source, lim.remedy);
   Tokenizer tok = Tokenizer::load(a.dir);
   MappedExperts experts(*ck, model.spec());
-  TraceWriter writer(a.out, make_header(a, model, *ck));
+  TraceWriter writer(a.out, make_header(a, model));
   TraceRecorder rec(writer, model.spec());
   const int64_t F = int64_t(a.corpus.size());
   uint32_t seq = 0;

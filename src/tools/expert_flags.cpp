@@ -1,5 +1,9 @@
 #include "tools/expert_flags.h"
 
+#include <cstdio>
+
+#include "core/atomic_file.h"
+
 namespace moetier::tools {
 
 void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
@@ -37,6 +41,12 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--backend", o.backend, "Compute backend: cpu (default), cuda, cuda:N");
   add_expert_options(cmd, o.experts);
+}
+
+void report_expert_stats(const ExpertOptions& opt, ExpertStats& stats) {
+  stats.sample_process_io();
+  if (opt.stats) std::fputs(stats.format().c_str(), stderr);
+  if (!opt.stats_json.empty()) write_file_atomic(opt.stats_json, stats.to_json().dump(2) + "\n");
 }
 
 }  // namespace moetier::tools

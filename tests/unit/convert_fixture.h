@@ -4,25 +4,24 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
+#include "core/error.h"
 #include "format/safetensors.h"
+#include "model/architecture.h"
+#include "numeric.h"
 #include "qwen3_fixture.h"
 #include "runtime/kv_cache.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
-#include "core/error.h"
-#include "model/architecture.h"
-#include "numeric.h"
 
 using moetier::testing::max_rel_diff;
 using moetier::testing::rms_rel_diff;
@@ -56,27 +55,8 @@ inline std::vector<float> prefill_logits(const fs::path& dir, const std::vector<
   return model.forward(tokens, 0, *kv, experts, o);
 }
 
-struct CliResult {
-  int status = -1;  // exit status, or -1 when killed by a signal
-  int signal = 0;   // the signal that killed it
-  std::string out, err;
-};
-
-// Runs `MOETIER_BIN args` through the shell (env: "VAR=value " prefix).
-inline CliResult run_cli(const std::string& args, const fs::path& tmp,
-                         const std::string& env = "") {
-  const fs::path o = tmp / "cli.out", e = tmp / "cli.err";
-  const std::string cmd = env + "exec " + std::string(MOETIER_BIN) + " " + args + " >" +
-                          o.string() + " 2>" + e.string();
-  const int st = std::system(cmd.c_str());
-  CliResult r;
-  if (WIFEXITED(st)) r.status = WEXITSTATUS(st);
-  if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
-  if (r.status > 128) r.signal = r.status - 128, r.status = -1;  // the shell reported the signal
-  r.out = read_file(o);
-  r.err = read_file(e);
-  return r;
-}
+using testutil::CliResult;
+using testutil::run_cli;
 
 inline int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
 

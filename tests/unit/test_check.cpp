@@ -2,41 +2,25 @@
 // corrupted copies; the `moetier check` and `moetier info` commands.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 
+#include "cli_runner.h"
 #include "core/error.h"
 #include "format/safetensors.h"
-#include "model/check.h"
 #include "model/architecture.h"
+#include "model/check.h"
 #include "qwen3_fixture.h"
 
 using namespace moetier;
 using namespace moetier::testing;
+using moetier::testutil::CliResult;
+using moetier::testutil::run_cli;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
 namespace {
-
-struct CliRun {
-  int status = -1;
-  std::string out, err;
-};
-
-// Runs the moetier CLI with `args`, capturing stdout and stderr.
-CliRun run_cli(const std::string& args, const TempDir& tmp) {
-  fs::path out = tmp / "stdout.txt", err = tmp / "stderr.txt";
-  std::string cmd =
-      fmt::format("'{}' {} >'{}' 2>'{}'", MOETIER_BIN, args, out.string(), err.string());
-  int rc = std::system(cmd.c_str());
-  CliRun r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
-}
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;
@@ -72,7 +56,8 @@ TEST(Check, ValidInEveryLayoutAndForm) {
                           : layout == Layout::PerExpert ? ExpertLayout::PerExpert
                                                         : ExpertLayout::PerExpertMxfp4;
       EXPECT_EQ(detect_expert_layout(*ck, MoeTensorNames{}, 2), want);
-      EXPECT_THROW(detect_expert_layout(*ck, MoeTensorNames{}, 1), Error);  // dense layer: no experts
+      EXPECT_THROW(detect_expert_layout(*ck, MoeTensorNames{}, 1),
+                   Error);  // dense layer: no experts
       const ModelSpec spec = model_spec(*ck);
       ExpertTensors e = expert_tensors(*ck, spec, 2, 4);
       if (layout == Layout::Stacked) {
@@ -258,7 +243,7 @@ TEST(Check, ExtraExpertsAndLayersAreReported) {
                      "range (num_experts 4)")));
   EXPECT_THAT(p, Contains(::testing::HasSubstr(
                      "tensor 'model.layers.2.input_layernorm.weight': layer 2 does not exist "
-                     "(num_hidden_layers 2)")));
+                     "(the config gives 2 layers)")));
   EXPECT_THAT(p, Contains(::testing::HasSubstr(
                      "tensor 'model.layers.0.mlp.gate.weight': shape [5, 64], expected [4, 64]")));
 }
@@ -270,8 +255,8 @@ TEST(CheckCli, OkLine) {
   Written w = write_tiny(tmp / "ck", Tiny{});
   uint64_t bytes = 0;
   for (const auto& [n, b] : w.data) bytes += b.size();
-  CliRun r = run_cli("check '" + (tmp / "ck").string() + "'", tmp);
-  EXPECT_EQ(r.status, 0) << r.err;
+  CliResult r = run_cli("check '" + (tmp / "ck").string() + "'");
+  EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, fmt::format("ok: {} ({} tensors in 2 shards, {} bytes)\n", (tmp / "ck").string(),
                                w.data.size(), bytes));
   EXPECT_EQ(r.err, "");
@@ -285,8 +270,8 @@ TEST(CheckCli, ProblemsOnStderrAndNonZeroExit) {
   j["model_type"] = "mixtral";
   write_file(cfg, j.dump());
   fs::remove(tmp / "ck" / "model-00001-of-00002.safetensors");
-  CliRun r = run_cli("check '" + (tmp / "ck").string() + "'", tmp);
-  EXPECT_EQ(r.status, 1);
+  CliResult r = run_cli("check '" + (tmp / "ck").string() + "'");
+  EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(r.out, "");
   size_t n = 0;
   for (const auto& [name, f] : w.file) n += f == "model-00001-of-00002.safetensors";
@@ -304,13 +289,13 @@ TEST(CheckCli, GarbageShardNeverCrashes) {
   write_tiny(tmp / "ck", Tiny{});
   fs::path f = tmp / "ck" / "model-00002-of-00002.safetensors";
   write_file(f, std::string("\xff\xff\xff\xff\xff\xff\xff\x7f garbage", 16));
-  CliRun r = run_cli("check '" + (tmp / "ck").string() + "'", tmp);
-  EXPECT_EQ(r.status, 1);
+  CliResult r = run_cli("check '" + (tmp / "ck").string() + "'");
+  EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(lines(r.err),
               Contains(f.string() + ": header length 9223372036854775807 is larger than the "
                                     "file (8 bytes after the 8-byte length)"));
-  r = run_cli("info '" + (tmp / "ck").string() + "'", tmp);
-  EXPECT_EQ(r.status, 1);
+  r = run_cli("info '" + (tmp / "ck").string() + "'");
+  EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, ::testing::StartsWith("moetier: error: " + f.string() + ": header length"));
 }
 

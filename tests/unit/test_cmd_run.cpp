@@ -32,6 +32,16 @@ fs::path fixture(const char* name) {
   return fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures" / name;
 }
 
+// What the library generates from `dir` (every expert mapped) after `prompt`.
+GenerateStats library_generate(const fs::path& dir, const std::string& prompt,
+                               const GenerateOptions& go) {
+  Tokenizer tok = Tokenizer::load(dir);
+  auto ck = Checkpoint::open(dir);
+  auto model = load_model(*ck);
+  MappedExperts ex(*ck, model->spec());
+  return generate(*model, ex, tok.encode(prompt), go);
+}
+
 }  // namespace
 
 TEST(CmdRun, StreamsTheGreedyContinuation) {
@@ -44,14 +54,10 @@ TEST(CmdRun, StreamsTheGreedyContinuation) {
       << r.err;
 
   Tokenizer tok = Tokenizer::load(dir);
-  auto ck = Checkpoint::open(dir);
-  auto model_owned = load_model(*ck);
-  const Model& model = *model_owned;
-  MappedExperts ex(*ck, model.spec());
   GenerateOptions go;
   go.max_new_tokens = 9;
   go.eos = {0};  // config.json eos_token_id
-  auto st = generate(model, ex, tok.encode(prompt), go);
+  auto st = library_generate(dir, prompt, go);
   ASSERT_FALSE(st.tokens.empty());
   EXPECT_EQ(r.out, tok.decode(st.tokens) + "\n");
   const std::string figures = "prompt " + std::to_string(st.prompt_tokens) + " tokens";
@@ -106,15 +112,10 @@ namespace {
 // (eos off), as `moetier run --ignore-eos` streams it.
 std::string library_text(const fs::path& dir, const std::string& prompt, int64_t n,
                          const SamplerConfig& sampling) {
-  Tokenizer tok = Tokenizer::load(dir);
-  auto ck = Checkpoint::open(dir);
-  auto model_owned = load_model(*ck);
-  const Model& model = *model_owned;
-  MappedExperts ex(*ck, model.spec());
   GenerateOptions go;
   go.max_new_tokens = n;
   go.sampling = sampling;
-  return tok.decode(generate(model, ex, tok.encode(prompt), go).tokens) + "\n";
+  return Tokenizer::load(dir).decode(library_generate(dir, prompt, go).tokens) + "\n";
 }
 
 struct CopiedFixture {

@@ -1,14 +1,16 @@
 // Parameter counts, bytes and memory plans of tiny checkpoints; `moetier info`.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
+#include "cli_runner.h"
 #include "format/safetensors.h"
 #include "model/info.h"
 #include "qwen3_fixture.h"
 
 using namespace moetier;
 using namespace moetier::testing;
+using moetier::testutil::CliResult;
+using moetier::testutil::run_cli;
 
 namespace {
 // Tiny{}: H 64, head_dim 24 (q 96, kv 48), vocab 37, 3 layers (1 dense), 5 experts of I 32.
@@ -81,26 +83,21 @@ TEST(Info, MemoryPlan) {
 TEST(InfoCli, JsonAndText) {
   TempDir tmp;
   write_tiny(tmp / "ck", Tiny{});
-  fs::path out = tmp / "out.txt", err = tmp / "err.txt";
-  std::string base = fmt::format("'{}' info '{}'", MOETIER_BIN, (tmp / "ck").string());
-  int rc = std::system(fmt::format("{} --budget 300000 --headroom 97.65625KiB --json >'{}' 2>'{}'",
-                                   base, out.string(), err.string())
-                           .c_str());
-  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << read_file(err);
-  auto j = nlohmann::json::parse(read_file(out));
+  const std::string base = "info " + testutil::quote((tmp / "ck").string());
+  CliResult r = run_cli(base + " --budget 300000 --headroom 97.65625KiB --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["params"]["total"], kCore + 10 * kPerExpert);
   EXPECT_EQ(j["params"]["active_per_token"], kCore + 4 * kPerExpert);
   EXPECT_EQ(j["plan"]["headroom"], 100000);
   EXPECT_EQ(j["plan"]["experts_fit"], 4);
-  rc = std::system(
-      fmt::format("{} --budget 8GB >'{}' 2>'{}'", base, out.string(), err.string()).c_str());
-  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << read_file(err);
-  EXPECT_THAT(read_file(out), ::testing::HasSubstr("memory plan for a budget of 7.45 GiB"));
-  EXPECT_THAT(read_file(out), ::testing::HasSubstr("100.0% of 10 experts (all fit)"));
-  rc = std::system(
-      fmt::format("{} --budget 8XB >'{}' 2>'{}'", base, out.string(), err.string()).c_str());
-  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
-  EXPECT_EQ(read_file(err),
+  r = run_cli(base + " --budget 8GB");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("memory plan for a budget of 7.45 GiB"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("100.0% of 10 experts (all fit)"));
+  r = run_cli(base + " --budget 8XB");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err,
             "moetier: error: --budget: invalid size '8XB' (unknown unit 'xb'; e.g. 512MB, 8GiB, "
             "81GB)\n");
 }

@@ -270,7 +270,7 @@ TEST(CpuKernels, MatmulIsBatchInvariantOnEveryPath) {
           cpu::matmul(w.view, x.data(), n, all.data());
           for (int64_t t = 0; t < n; ++t)
             cpu::matmul(w.view, x.data() + t * cols, 1, one.data() + t * rows);
-          EXPECT_EQ(all, one) << kernels::encoding_name(enc) << " " << rows << "x" << cols << " "
+          EXPECT_EQ(all, one) << encoding_name(enc) << " " << rows << "x" << cols << " "
                               << cpu::kernel_path_name(p) << " threads " << threads;
           EXPECT_LE(rel_err(all, ref), 1e-5) << cpu::kernel_path_name(p);
         }

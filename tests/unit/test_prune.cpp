@@ -151,8 +151,7 @@ TEST(Prune, WithoutRenormalizationWeightsGrowByOneFactorPerToken) {
 
 TEST(Prune, MostUsedExpertsAndCountFiles) {
   TempDir tmp;
-  const ModelSpec c =
-      config_of(golden("qwen3moe-bf16"));  // 3 layers, layer 1 dense, 16 experts
+  const ModelSpec c = config_of(golden("qwen3moe-bf16"));  // 3 layers, layer 1 dense, 16 experts
   std::vector<double> l0(16, 1.0), l2(16, 0.0);
   l0[5] = 9, l0[3] = 9, l0[11] = 4, l0[0] = 4;  // ties go to the smaller id
   for (int e = 0; e < 16; ++e) l2[size_t(e)] = 16 - e;
@@ -245,9 +244,9 @@ TEST(Prune, BadInputIsOneLineAndLeavesNothing) {
         Case{"--trace " + counts.string() + " --keep 8 -o " + (tmp / "exists").string(),
              "already exists"}}) {
     const bool has_o = k.args.find(" -o ") != std::string::npos;
-    const CliResult r = run_cli(
-        "prune " + base + k.args + (has_o ? "" : " -o " + (tmp / "out").string()), tmp.path());
-    EXPECT_EQ(r.status, 1) << k.args << ": " << r.err;
+    const CliResult r =
+        run_cli("prune " + base + k.args + (has_o ? "" : " -o " + (tmp / "out").string()));
+    EXPECT_EQ(r.rc, 1) << k.args << ": " << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
     EXPECT_TRUE(r.err.starts_with("moetier: error: ")) << r.err;
     EXPECT_NE(r.err.find(k.expect), std::string::npos) << r.err;
@@ -257,9 +256,8 @@ TEST(Prune, BadInputIsOneLineAndLeavesNothing) {
   copy_dir(src, tmp / "broken");
   write_file(tmp / "broken/config.json", "{\"model_type\": \"qwen3_moe\"}");
   const CliResult r = run_cli("prune " + (tmp / "broken").string() + " --trace " + counts.string() +
-                                  " --keep 8 -o " + (tmp / "out").string(),
-                              tmp.path());
-  EXPECT_EQ(r.status, 1);
+                              " --keep 8 -o " + (tmp / "out").string());
+  EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_EQ(leftovers(tmp.path(), "out"), std::vector<std::string>{});
 }
@@ -280,21 +278,21 @@ TEST(Prune, FailureMidwayLeavesNoOutput) {
   const fs::path counts = write_counts(tmp / "c.json", {l, l});
   const std::string args = "prune " + src.string() + " --trace " + counts.string() +
                            " --keep 4 -o " + (tmp / "out").string();
-  CliResult r = run_cli(args, tmp.path(), "MOETIER_CONVERT_FAULT=error:9 ");
-  EXPECT_EQ(r.status, 1);
+  CliResult r = run_cli(args, "MOETIER_CONVERT_FAULT=error:9 ");
+  EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("injected fault"), std::string::npos) << r.err;
   EXPECT_EQ(leftovers(tmp.path(), "out"), std::vector<std::string>{});
-  r = run_cli(args, tmp.path(), "MOETIER_CONVERT_FAULT=sigint:9 ");
-  EXPECT_EQ(r.status, 1);
+  r = run_cli(args, "MOETIER_CONVERT_FAULT=sigint:9 ");
+  EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("interrupted"), std::string::npos) << r.err;
   EXPECT_EQ(leftovers(tmp.path(), "out"), std::vector<std::string>{});
-  r = run_cli(args, tmp.path(), "MOETIER_CONVERT_FAULT=sigkill:9 ");
-  EXPECT_EQ(r.signal, 9) << r.status << " " << r.err;
+  r = run_cli(args, "MOETIER_CONVERT_FAULT=sigkill:9 ");
+  EXPECT_EQ(r.signal, 9) << r.rc << " " << r.err;
   const auto left = leftovers(tmp.path(), "out");
   ASSERT_EQ(left.size(), 1u);
   EXPECT_TRUE(left[0].starts_with("out.tmp-")) << left[0];
-  r = run_cli(args, tmp.path());
-  EXPECT_EQ(r.status, 0) << r.err;
+  r = run_cli(args);
+  EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(leftovers(tmp.path(), "out"), std::vector<std::string>{"out"});
   EXPECT_EQ(check_checkpoint(tmp / "out"), std::vector<std::string>{});
 }
@@ -344,20 +342,18 @@ TEST(Prune, TraceThenPruneThenRun) {
              "A small model routes every token to eight of its sixty-four experts.\n");
   const fs::path tiny = tiny_model();
   CliResult r = run_cli("trace " + tiny.string() + " --corpus " + (tmp / "corpus.txt").string() +
-                            " --tokens 48 --window 16 -o " + (tmp / "t.trace").string(),
-                        tmp.path());
-  ASSERT_EQ(r.status, 0) << r.err;
+                        " --tokens 48 --window 16 -o " + (tmp / "t.trace").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
   ASSERT_TRUE(fs::exists(tmp / "t.trace.json"));
   r = run_cli("prune " + tiny.string() + " --trace " + (tmp / "t.trace").string() +
-                  " --keep 40% -o " + (tmp / "p").string(),
-              tmp.path());
-  ASSERT_EQ(r.status, 0) << r.err;
+              " --keep 40% -o " + (tmp / "p").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("kept 26 of 64"), std::string::npos) << r.out;  // 40% of 64, rounded up
-  r = run_cli("check " + (tmp / "p").string(), tmp.path());
-  EXPECT_EQ(r.status, 0) << r.err;
+  r = run_cli("check " + (tmp / "p").string());
+  EXPECT_EQ(r.rc, 0) << r.err;
   for (const std::string flags : {"--mapped", "--arena-experts 30"}) {
-    r = run_cli("run " + (tmp / "p").string() + " -p \"The fox\" -n 6 " + flags, tmp.path());
-    EXPECT_EQ(r.status, 0) << flags << ": " << r.err;
+    r = run_cli("run " + (tmp / "p").string() + " -p \"The fox\" -n 6 " + flags);
+    EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
     EXPECT_NE(r.err.find("tok/s decode"), std::string::npos) << r.err;
   }
   EXPECT_TRUE(fs::exists(tmp / "p/tokenizer.json"));

@@ -160,82 +160,64 @@ TEST(Qwen3Config, AttentionBiasAddsBiasTensors) {
   EXPECT_EQ(it->shape, std::vector<int64_t>{48});
 }
 
+// One edit of the base config and the one problem line it must give.
+struct Edit {
+  std::string field;
+  nlohmann::json value;  // unused when erase
+  std::string want;      // the line after "ck/config.json: "
+  bool erase = false;
+};
+
+void expect_only_problem(const std::vector<Edit>& edits) {
+  for (const Edit& e : edits) {
+    auto j = base();
+    if (e.erase)
+      j.erase(e.field);
+    else
+      j[e.field] = e.value;
+    EXPECT_EQ(only_problem(j), "ck/config.json: " + e.want) << e.field;
+  }
+}
+
 TEST(Qwen3Config, Refusals) {
-  auto j = base();
-  j["use_sliding_window"] = true;
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'use_sliding_window': sliding-window attention is not "
-            "supported");
-  j = base();
-  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'rope_parameters.rope_type': rope type "
-            "'yarn' is not supported (only 'default')");
+  expect_only_problem({
+      {"use_sliding_window", true,
+       "field 'use_sliding_window': sliding-window attention is not supported"},
+      {"rope_parameters",
+       {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}},
+       "field 'rope_parameters.rope_type': rope type 'yarn' is not supported (only 'default')"},
+      {"hidden_act", "gelu", "field 'hidden_act': 'gelu' is not supported (only 'silu')"},
+      {"num_experts_per_tok", 6, "field 'num_experts_per_tok': 6 exceeds num_experts 5"},
+      {"num_key_value_heads", 3,
+       "field 'num_key_value_heads': num_attention_heads 4 is not divisible by 3"},
+      {"hidden_size", 0, "field 'hidden_size': 0 must be positive"},
+      {"moe_intermediate_size", -32, "field 'moe_intermediate_size': -32 must be positive"},
+      {"decoder_sparse_step", 0, "field 'decoder_sparse_step': 0 must be positive"},
+  });
   Tiny pub;
   pub.transformers_form = false;
-  j = tiny_config(pub);
+  auto j = tiny_config(pub);
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   EXPECT_EQ(only_problem(j),
             "ck/config.json: field 'rope_scaling.type': rope type 'linear' is "
             "not supported (only 'default')");
-  j = base();
-  j["hidden_act"] = "gelu";
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'hidden_act': 'gelu' is not supported (only 'silu')");
-  j = base();
-  j["num_experts_per_tok"] = 6;
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'num_experts_per_tok': 6 exceeds num_experts 5");
-  j = base();
-  j["num_key_value_heads"] = 3;
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'num_key_value_heads': num_attention_heads "
-            "4 is not divisible by 3");
-  j = base();
-  j["hidden_size"] = 0;
-  EXPECT_EQ(only_problem(j), "ck/config.json: field 'hidden_size': 0 must be positive");
-  j = base();
-  j["moe_intermediate_size"] = -32;
-  EXPECT_EQ(only_problem(j), "ck/config.json: field 'moe_intermediate_size': -32 must be positive");
-  j = base();
-  j["decoder_sparse_step"] = 0;
-  EXPECT_EQ(only_problem(j), "ck/config.json: field 'decoder_sparse_step': 0 must be positive");
 }
 
 TEST(Qwen3Config, TypeErrorsAndMissingFields) {
+  expect_only_problem({
+      {"vocab_size", "37", "field 'vocab_size': is a string, expected an integer"},
+      {"num_hidden_layers", {}, "field 'num_hidden_layers': missing (an integer)", true},
+      {"num_local_experts", {}, "field 'num_experts': missing (or num_local_experts)", true},
+      {"num_experts", 6, "field 'num_local_experts': 5 disagrees with num_experts 6"},
+      {"tie_word_embeddings", 1,
+       "field 'tie_word_embeddings': is an integer, expected true or false"},
+      {"mlp_only_layers",
+       {1, 9},
+       "field 'mlp_only_layers': entry 9 is not a layer index in [0, 3)"},
+      {"rope_theta", 5.0,
+       "field 'rope_parameters.rope_theta': 1000000 disagrees with rope_theta 5"},
+  });
   auto j = base();
-  j["vocab_size"] = "37";
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'vocab_size': is a string, expected an "
-            "integer");
-  j = base();
-  j.erase("num_hidden_layers");
-  EXPECT_EQ(only_problem(j), "ck/config.json: field 'num_hidden_layers': missing (an integer)");
-  j = base();
-  j.erase("num_local_experts");
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'num_experts': missing (or "
-            "num_local_experts)");
-  j = base();
-  j["num_experts"] = 6;
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'num_local_experts': 5 disagrees with num_experts 6");
-  j = base();
-  j["tie_word_embeddings"] = 1;
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'tie_word_embeddings': is an integer, "
-            "expected true or false");
-  j = base();
-  j["mlp_only_layers"] = {1, 9};
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'mlp_only_layers': entry 9 is not a layer "
-            "index in [0, 3)");
-  j = base();
-  j["rope_theta"] = 5.0;
-  EXPECT_EQ(only_problem(j),
-            "ck/config.json: field 'rope_parameters.rope_theta': 1000000 "
-            "disagrees with rope_theta 5");
-  j = base();
   j.erase("intermediate_size");  // layer 1 is dense and needs it
   EXPECT_EQ(only_problem(j),
             "ck/config.json: field 'intermediate_size': missing (an integer; "

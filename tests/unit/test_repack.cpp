@@ -10,12 +10,12 @@
 
 #include "convert/calib.h"
 #include "convert/repack.h"
-#include "kernels/cpu/cpu.h"
 #include "convert_fixture.h"
 #include "core/error.h"
 #include "experts/index.h"
 #include "experts/options.h"
 #include "format/tokenizer.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 #include "model/check.h"
 
@@ -239,8 +239,8 @@ TEST(Repack, BadInputAndFailuresLeaveNothing) {
            Case{src.string() + " --experts cb3" + o, "MOETIER_CONVERT_FAULT=sigint:20 ",
                 "interrupted"},
        }) {
-    const CliResult r = run_cli("repack " + k.args, tmp.path(), k.env);
-    EXPECT_EQ(r.status, 1) << k.args << ": " << r.err;
+    const CliResult r = run_cli("repack " + k.args, k.env);
+    EXPECT_EQ(r.rc, 1) << k.args << ": " << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(k.expect), std::string::npos) << r.err;
     EXPECT_EQ(leftovers(tmp.path(), "out"), std::vector<std::string>{}) << k.args;
@@ -249,10 +249,10 @@ TEST(Repack, BadInputAndFailuresLeaveNothing) {
   opt.control.fail_after = 3;
   EXPECT_THROW(repack_checkpoint(src, tmp / "out", opt), Error);
   EXPECT_EQ(leftovers(tmp.path(), "out"), std::vector<std::string>{});
-  const CliResult ok = run_cli("repack " + src.string() + " --experts cb3" + o, tmp.path());
-  EXPECT_EQ(ok.status, 0) << ok.err;
+  const CliResult ok = run_cli("repack " + src.string() + " --experts cb3" + o);
+  EXPECT_EQ(ok.rc, 0) << ok.err;
   EXPECT_NE(ok.out.find("-> cb3"), std::string::npos) << ok.out;
-  EXPECT_EQ(run_cli("check " + (tmp / "out").string(), tmp.path()).status, 0);
+  EXPECT_EQ(run_cli("check " + (tmp / "out").string()).rc, 0);
 }
 
 // moetier check knows the cb3 layout: wrong dtypes and shapes, and a

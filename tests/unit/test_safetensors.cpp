@@ -1,9 +1,12 @@
-// Safetensors parsing, the checkpoint loader, the writer, and fuzzing.
+// Safetensors parsing, the checkpoint loader, the writer (and the atomic
+// files it writes through), and fuzzing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
@@ -357,15 +360,25 @@ TEST(Checkpoint, MissingShardFile) {
   }
 }
 
-TEST(Checkpoint, IndexNamesTensorMissingFromShard) {
-  TempDir tmp;
+// Opens a copy of the tiny checkpoint whose index.json `edit` changed; the
+// problems Checkpoint::open reports.
+std::vector<std::string> problems_with_index(const TempDir& tmp,
+                                             const std::function<void(nlohmann::json&)>& edit) {
   write_tiny(tmp / "ck", Tiny{});
-  fs::path idx = tmp / "ck" / "model.safetensors.index.json";
+  const fs::path idx = tmp / "ck" / "model.safetensors.index.json";
   auto j = nlohmann::json::parse(read_file(idx));
-  j["weight_map"]["model.layers.0.extra.weight"] = "model-00001-of-00002.safetensors";
+  edit(j);
   write_file(idx, j.dump());
   std::vector<std::string> problems;
   Checkpoint::open(tmp / "ck", problems);
+  return problems;
+}
+
+TEST(Checkpoint, IndexNamesTensorMissingFromShard) {
+  TempDir tmp;
+  const auto problems = problems_with_index(tmp, [](nlohmann::json& j) {
+    j["weight_map"]["model.layers.0.extra.weight"] = "model-00001-of-00002.safetensors";
+  });
   EXPECT_THAT(problems,
               ::testing::ElementsAre((tmp / "ck" / "model-00001-of-00002.safetensors").string() +
                                      ": tensor 'model.layers.0.extra.weight': listed in "
@@ -444,13 +457,9 @@ TEST(Checkpoint, BrokenConfigAndMissingFiles) {
 
 TEST(Checkpoint, IndexShardNameEscapingDirIsRefused) {
   TempDir tmp;
-  write_tiny(tmp / "ck", Tiny{});
-  fs::path idx = tmp / "ck" / "model.safetensors.index.json";
-  auto j = nlohmann::json::parse(read_file(idx));
-  j["weight_map"]["model.norm.weight"] = "../model-00002-of-00002.safetensors";
-  write_file(idx, j.dump());
-  std::vector<std::string> problems;
-  Checkpoint::open(tmp / "ck", problems);
+  const auto problems = problems_with_index(tmp, [](nlohmann::json& j) {
+    j["weight_map"]["model.norm.weight"] = "../model-00002-of-00002.safetensors";
+  });
   EXPECT_THAT(problems, Contains(HasSubstr("tensor 'model.norm.weight': shard "
                                            "\"../model-00002-of-00002.safetensors\" is not a "
                                            "file name inside the checkpoint directory")));

@@ -43,15 +43,9 @@ std::vector<Window> random_windows(int64_t vocab, uint32_t seed) {
   return w;
 }
 
-TraceHeader header_for(const Model& model, const Checkpoint& ck) {
+TraceHeader header_for(const Model& model) {
   TraceHeader h;
   h.model = trace_model_of(model);
-  const ExpertIndex ix = ExpertIndex::build(ck, model.spec());
-  h.model.encoding = "native";
-  h.model.expert_bytes = ix.expert_bytes();
-  h.model.slot_bytes = ix.slot_bytes();
-  h.model.encodings = expert_encoding_bytes(h.model.hidden, h.model.moe_intermediate,
-                                            h.model.encoding, h.model.expert_bytes);
   h.corpus = {"test"};
   return h;
 }
@@ -123,7 +117,7 @@ void engine_vs_simulator(const fs::path& dir, const std::vector<Window>& windows
       ExpertStats stats;
       auto arena = make_expert_provider(*ck, cfg, o, &stats);
       const fs::path tp = tmp / ("run" + std::to_string(run++) + ".trace");
-      TraceWriter w(tp, header_for(model, *ck));
+      TraceWriter w(tp, header_for(model));
       TraceRecorder rec(w, cfg);
       for (size_t i = 0; i < windows.size(); ++i)
         rec.run_window(model, *arena, windows[i].prompt, windows[i].decode, uint32_t(i), 0);
@@ -167,7 +161,7 @@ TEST(Simulate, ReproducesTheEngineCountersOnEveryFixture) {
     const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures" / name;
     auto ck = Checkpoint::open(dir);
     const std::unique_ptr<Model> model_owned = load_model(*ck);
-  const Model& model = *model_owned;
+    const Model& model = *model_owned;
     const int64_t total = int64_t(ExpertIndex::build(*ck, model.spec()).total_experts());
     const auto windows = random_windows(model.spec().vocab_size, seed++);
     engine_vs_simulator(dir, windows,

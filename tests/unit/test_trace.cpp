@@ -2,7 +2,6 @@
 // input (every truncation, flipped bytes, foreign files) -> one-line Error;
 // `moetier trace` / `moetier simulate` end to end and their bad-input exits.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli_runner.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "experts/policy.h"
@@ -20,6 +20,8 @@
 
 using namespace moetier;
 using namespace moetier::testing;
+using moetier::testutil::CliResult;
+using moetier::testutil::run_cli;
 
 namespace {
 
@@ -38,20 +40,8 @@ void expect_bad(const fs::path& p, const std::string& what, const std::string& n
   }
 }
 
-struct Cli {
-  int rc;
-  std::string out, err;
-};
-
-Cli run_cli(const TempDir& tmp, const std::string& args) {
-  const std::string out = (tmp / "cli.out").string(), err = (tmp / "cli.err").string();
-  const std::string cmd = std::string(MOETIER_BIN) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-}
-
 // A failed command: non-zero exit, exactly one stderr line "moetier: error: ...".
-void expect_one_line_error(const Cli& r, const std::string& needle) {
+void expect_one_line_error(const CliResult& r, const std::string& needle) {
   EXPECT_NE(r.rc, 0) << r.err;
   EXPECT_EQ(r.err.rfind("moetier: error: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -184,8 +174,8 @@ TEST(Trace, CliTraceThenSimulateAndRankingLoadsInTheEngine) {
       "The quick brown fox jumps over the lazy dog.\nPack my box with five dozen liquor "
       "jugs.\nHow vexingly quick daft zebras jump!\nSphinx of black quartz, judge my vow.\n");
   const std::string tr = (tmp / "t.trace").string();
-  Cli r = run_cli(tmp, "trace " + fx + " --corpus " + corpus.string() + " " + corpus.string() +
-                           " --tokens 41 --window 9 --decode 3 -t 1 -o " + tr);
+  CliResult r = run_cli("trace " + fx + " --corpus " + corpus.string() + " " + corpus.string() +
+                        " --tokens 41 --window 9 --decode 3 -t 1 -o " + tr);
   ASSERT_EQ(r.rc, 0) << r.err;
   const Trace t = read_trace(tr);
   EXPECT_EQ(t.size(), 41u);
@@ -199,8 +189,8 @@ TEST(Trace, CliTraceThenSimulateAndRankingLoadsInTheEngine) {
   EXPECT_EQ(summary["prefill_tokens"].get<int>() + summary["decode_tokens"].get<int>(), 41);
   EXPECT_GT(summary["decode_tokens"].get<int>(), 0);
 
-  r = run_cli(
-      tmp, "simulate " + tr + " --budgets 8,25%,100% --transient 8 -o " + (tmp / "sim").string());
+  r = run_cli("simulate " + tr + " --budgets 8,25%,100% --transient 8 -o " +
+              (tmp / "sim").string());
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto sim = nlohmann::json::parse(read_file(tmp / "sim.json"));
   ASSERT_EQ(sim["budgets"].size(), 3u);
@@ -218,10 +208,10 @@ TEST(Trace, CliTraceThenSimulateAndRankingLoadsInTheEngine) {
     }
   }
   // The ranking the trace wrote drives the engine's pinned policy.
-  r = run_cli(tmp, "run " + fx +
-                       " -p 'Sphinx of black quartz' -n 4 -t 1 --arena-experts 24 "
-                       "--policy pinned --ranking " +
-                       tr + ".ranking --stats");
+  r = run_cli("run " + fx +
+              " -p 'Sphinx of black quartz' -n 4 -t 1 --arena-experts 24 "
+              "--policy pinned --ranking " +
+              tr + ".ranking --stats");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("16 pinned"), std::string::npos) << r.err;
 }
@@ -233,33 +223,33 @@ TEST(Trace, CliBadInputIsOneLineAndNonZero) {
   write_synth(good, s);  // 2 MoE layers x 12 experts = 24
   const std::string bytes = read_file(good);
   write_file(tmp / "cut.trace", bytes.substr(0, bytes.size() / 2));
-  expect_one_line_error(run_cli(tmp, "simulate " + (tmp / "cut.trace").string() + " --budgets 4"),
+  expect_one_line_error(run_cli("simulate " + (tmp / "cut.trace").string() + " --budgets 4"),
                         "truncated");
   const std::string fx =
       (fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures/qwen3moe-bf16").string();
-  expect_one_line_error(run_cli(tmp, "simulate " + fx + "/model.safetensors --budgets 4"),
+  expect_one_line_error(run_cli("simulate " + fx + "/model.safetensors --budgets 4"),
                         "not a moetier trace");
   const std::string g = "simulate " + good.string();
-  expect_one_line_error(run_cli(tmp, g + " --budgets 25"), "more than the model's 24 experts");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 4,101%"), "more than the model's");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 1TB"), "more than the model's");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 1KB"), "holds no expert");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 0"), "0 experts");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 4 --encoding zz9"), "unknown encoding");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 4 --policies lru,mru"), "mru");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 4 --replay bogus"), "bogus");
+  expect_one_line_error(run_cli(g + " --budgets 25"), "more than the model's 24 experts");
+  expect_one_line_error(run_cli(g + " --budgets 4,101%"), "more than the model's");
+  expect_one_line_error(run_cli(g + " --budgets 1TB"), "more than the model's");
+  expect_one_line_error(run_cli(g + " --budgets 1KB"), "holds no expert");
+  expect_one_line_error(run_cli(g + " --budgets 0"), "0 experts");
+  expect_one_line_error(run_cli(g + " --budgets 4 --encoding zz9"), "unknown encoding");
+  expect_one_line_error(run_cli(g + " --budgets 4 --policies lru,mru"), "mru");
+  expect_one_line_error(run_cli(g + " --budgets 4 --replay bogus"), "bogus");
   write_file(tmp / "rank.txt", "0 99\n");
-  expect_one_line_error(run_cli(tmp, g + " --budgets 4 --ranking " + (tmp / "rank.txt").string()),
+  expect_one_line_error(run_cli(g + " --budgets 4 --ranking " + (tmp / "rank.txt").string()),
                         "out of range");
-  expect_one_line_error(run_cli(tmp, "trace " + fx + " --corpus " + (tmp / "nope.txt").string() +
-                                         " --tokens 5 -o " + (tmp / "x.trace").string()),
+  expect_one_line_error(run_cli("trace " + fx + " --corpus " + (tmp / "nope.txt").string() +
+                                " --tokens 5 -o " + (tmp / "x.trace").string()),
                         "nope.txt");
   write_file(tmp / "empty.txt", "");
-  expect_one_line_error(run_cli(tmp, "trace " + fx + " --corpus " + (tmp / "empty.txt").string() +
-                                         " --tokens 5 -o " + (tmp / "x.trace").string()),
+  expect_one_line_error(run_cli("trace " + fx + " --corpus " + (tmp / "empty.txt").string() +
+                                " --tokens 5 -o " + (tmp / "x.trace").string()),
                         "empty.txt: no text");
   EXPECT_FALSE(fs::exists(tmp / "x.trace"));  // nothing half-written is left behind
-  expect_one_line_error(run_cli(tmp, "trace " + fx + " --corpus " + (tmp / "empty.txt").string() +
-                                         " --tokens 0 -o " + (tmp / "x.trace").string()),
+  expect_one_line_error(run_cli("trace " + fx + " --corpus " + (tmp / "empty.txt").string() +
+                                " --tokens 0 -o " + (tmp / "x.trace").string()),
                         "--tokens");
 }
