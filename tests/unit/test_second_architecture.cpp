@@ -132,6 +132,7 @@ class ToyArchitecture final : public Architecture {
 struct ToyState final : SequenceState {
   explicit ToyState(int64_t capacity) : cap(capacity) {}
   int64_t size() const override { return pos; }
+  void set_size(int64_t n) override { pos = n; }
   int64_t capacity() const override { return cap; }
   uint64_t bytes() const override { return 0; }
   int64_t pos = 0, cap = 0;
