@@ -289,6 +289,7 @@ void ArenaExperts::prefetch(int64_t layer, std::span<const int32_t> ids, Phase p
   stats_->record_prefetch(layer, keys_.size(), plan, skips,
                           [&](ExpertKey k) { return index_.record(k).bytes; });
   if (plan.steps.empty()) return;
+  for (const PlanStep& st : plan.steps) pf_cost_[st.key] = 0;  // set when its read is reaped
   res_.hold(plan);
   prefetch_held_ += plan.steps.size();
   copy_tiers(plan);
