@@ -149,11 +149,14 @@ uint32_t ArenaExperts::new_request() {
     i = uint32_t(requests_.size());
     requests_.emplace_back();
   }
-  Request& r = requests_[i];
-  const uint32_t gen = r.gen + 1;
-  r = Request{};
-  r.gen = gen;
+  Request& r = requests_[i];  // reused: its vectors keep their capacity
+  ++r.gen;
   r.open = true;
+  r.waited = r.failed = false;
+  r.layer = 0;
+  r.pos.clear();
+  r.job.reset();
+  r.problem.clear();
   ++open_;
   return i;
 }
@@ -182,7 +185,7 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
   const uint32_t idx = new_request();
   Request& rq = requests_[idx];
   rq.layer = layer;
-  rq.pos = pos_;
+  rq.pos.assign(pos_.begin(), pos_.end());
   try {
     res_.plan(keys_, phase, rq.plan);
   } catch (const std::exception& e) {

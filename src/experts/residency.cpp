@@ -21,6 +21,13 @@ const char* tier_name(Tier t) {
   return "?";
 }
 
+void Plan::clear(Phase ph) {
+  phase = ph;
+  steps.clear();
+  spills.clear();
+  hot_evictions = ring_evictions = prefetch_wasted = 0;
+}
+
 Residency::Residency(const ResidencyConfig& cfg, std::unique_ptr<Policy> policy)
     : cfg_(cfg), policy_(std::move(policy)) {
   check(cfg.hot_slots >= 1, "expert arena: needs at least one hot slot");
@@ -85,8 +92,7 @@ std::vector<ExpertKey> Residency::hot_keys() const {
 }
 
 void Residency::plan(std::span<const ExpertKey> keys, Phase phase, Plan& out) {
-  out = Plan{};
-  out.phase = phase;
+  out.clear(phase);
   check(keys.size() <= max_batch(), "expert arena: acquire of {} experts exceeds max_batch {}",
         keys.size(), max_batch());
   ++gen_;
@@ -329,8 +335,7 @@ bool Residency::fits(std::span<const ExpertKey> keys, Phase phase) const {
 
 PrefetchSkips Residency::prefetch(std::span<const ExpertKey> keys, Phase phase, size_t limit,
                                   Plan& out) {
-  out = Plan{};
-  out.phase = phase;
+  out.clear(phase);
   PrefetchSkips skips;
   ++gen_;
   for (ExpertKey k : keys) {

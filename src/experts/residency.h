@@ -101,6 +101,8 @@ struct Plan {
   uint64_t hot_evictions = 0;    // hot-set experts that left the arena
   uint64_t ring_evictions = 0;   // transient experts whose slot was recycled
   uint64_t prefetch_wasted = 0;  // of those, prefetched experts never used
+
+  void clear(Phase ph);  // empty, keeping the vectors' capacity
 };
 
 // What prefetch() did not start.
