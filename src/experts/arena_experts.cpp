@@ -1,21 +1,19 @@
+// ArenaExperts: construction, memory, and the request side of the protocol
+// (submit, wait, release, can_overlap, prefetch). Loads and their reaping:
+// arena_loads.cpp.
 #include "experts/arena_experts.h"
 
-#include <chrono>
-#include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/units.h"
+#include "experts/arena_job.h"
+#include "experts/loader.h"
 
 namespace moetier {
 
 namespace {
-
-uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
 
 void allocate(AlignedBuffer& buf, size_t slots, size_t slot_bytes, const char* what) {
   if (slots == 0) return;
@@ -29,6 +27,21 @@ void allocate(AlignedBuffer& buf, size_t slots, size_t slot_bytes, const char* w
   }
 }
 
+// Backend memory: device (alloc) or host (alloc_host) slots; the backend's
+// Error names the size.
+std::byte* allocate(Backend& be, DeviceBuffer& buf, size_t slots, size_t slot_bytes, bool host,
+                    const char* what) {
+  if (slots == 0) return nullptr;
+  check(slots <= SIZE_MAX / slot_bytes, "expert {}: {} slots of {} bytes overflow", what, slots,
+        slot_bytes);
+  try {
+    buf = host ? be.alloc_host(slots * slot_bytes) : be.alloc(slots * slot_bytes);
+  } catch (const Error& e) {
+    fail("expert {}: {} slots x {}: {}", what, slots, format_bytes(slot_bytes), e.what());
+  }
+  return buf.as<std::byte>();
+}
+
 }  // namespace
 
 ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStats* stats)
@@ -36,22 +49,28 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
       res_(ResidencyConfig{index_.num_keys(), cfg.hot_slots, cfg.transient_slots, cfg.host_slots},
            make_policy(cfg.policy, index_.num_keys(), cfg.ranking, cfg.max_pinned)),
       slot_bytes_(index_.slot_bytes()),
+      backend_(cfg.backend),
+      device_(cfg.backend && !cfg.backend->is_host()),
+      note_(cfg.note),
       validate_(cfg.validate),
       stats_(stats ? stats : &own_stats_) {
-  allocate(arena_, cfg.hot_slots + cfg.transient_slots, slot_bytes_, "arena");
-  allocate(host_, cfg.host_slots, slot_bytes_, "host tier");
+  prefetch_limit_ = cfg.prefetch_limit ? cfg.prefetch_limit : size_t(max_batch());
+  allocate_memory(cfg);
   for (const std::string& p : index_.shard_paths())
     files_.push_back(io::DirectFile::open(p, cfg.direct));
   fallback_noted_.assign(files_.size(), 0);
-  reader_ = io::make_reader(cfg.reader, cfg.io_depth);
-  last_found_.assign(index_.num_keys(), Tier::Storage);
+  loader_ = std::make_unique<Loader>(io::make_reader(cfg.reader, cfg.io_depth));
+  reader_name_ = loader_->reader_name();
+  loading_job_.assign(index_.num_keys(), nullptr);
+  last_hit_.assign(index_.num_keys(), 0);
+  pf_cost_.assign(index_.num_keys(), 0);
   key_seen_.assign(index_.num_keys(), 0);
   key_pos_.assign(index_.num_keys(), 0);
 
   ExpertStats& s = *stats_;
   s.provider = "arena";
   s.policy = res_.policy().name();
-  s.reader = reader_->name();
+  s.reader = reader_name_;
   s.expert_bytes = index_.expert_bytes();
   s.slot_bytes = slot_bytes_;
   s.hot_slots = cfg.hot_slots;
@@ -64,27 +83,40 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
   note_fallbacks();
 }
 
-ArenaExperts::~ArenaExperts() = default;
+ArenaExperts::~ArenaExperts() {
+  try {
+    drain();
+  } catch (...) {  // reaping does not throw for I/O; never throw from a destructor
+  }
+  loader_.reset();  // joins the loader thread before any memory goes
+}
+
+void ArenaExperts::allocate_memory(const ArenaConfig& cfg) {
+  const size_t slots = cfg.hot_slots + cfg.transient_slots;
+  if (!backend_) {
+    allocate(arena_host_, slots, slot_bytes_, "arena");
+    allocate(host_host_, cfg.host_slots, slot_bytes_, "host tier");
+    arena_base_ = arena_host_.as<std::byte>();
+    host_base_ = host_host_.as<std::byte>();
+    return;
+  }
+  // On a host backend the slots are read into directly: they need alloc_host's 4 KiB alignment.
+  arena_base_ = allocate(*backend_, arena_dev_, slots, slot_bytes_, !device_, "arena");
+  host_base_ = allocate(*backend_, host_dev_, cfg.host_slots, slot_bytes_, true, "host tier");
+  if (!device_) return;
+  const size_t staging =
+      cfg.staging_slots ? cfg.staging_slots : size_t(max_batch()) + prefetch_limit_;
+  check(staging >= size_t(max_batch()),
+        "expert arena: {} staging slots are fewer than a batch ({})", staging, max_batch());
+  staging_base_ = allocate(*backend_, staging_dev_, staging, slot_bytes_, true, "read staging");
+  for (size_t i = staging; i-- > 0;) staging_free_.push_back(int32_t(i));
+}
 
 int64_t ArenaExperts::max_batch() const {
   return int64_t(std::min<size_t>(res_.max_batch(), size_t(index_.num_experts())));
 }
 
-void ArenaExperts::note_fallbacks() {
-  for (size_t i = 0; i < files_.size(); ++i) {
-    if (fallback_noted_[i] || files_[i]->fallbacks() == 0) continue;
-    fallback_noted_[i] = 1;
-    std::string note = files_[i]->path().string() + ": " + files_[i]->fallback_reason() +
-                       "; reading it through the page cache";
-    std::fprintf(stderr, "moetier: note: %s\n", note.c_str());
-    stats_->fallback_files++;
-    stats_->fallback_notes.push_back(std::move(note));
-  }
-}
-
-void ArenaExperts::acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,
-                           std::vector<ExpertView>& views) {
-  views.clear();
+void ArenaExperts::collect_keys(int64_t layer, std::span<const int32_t> ids) {
   check(index_.is_moe_layer(layer), "expert arena: layer {} is not a MoE layer", layer);
   ++stamp_;
   keys_.clear();
@@ -100,94 +132,180 @@ void ArenaExperts::acquire(int64_t layer, std::span<const int32_t> ids, Phase ph
     }
     pos_.push_back(key_pos_[k]);
   }
+}
+
+ArenaExperts::Request& ArenaExperts::request(Ticket t) {
+  check(t.index < requests_.size() && requests_[t.index].open && requests_[t.index].gen == t.gen,
+        "expert arena: unknown or released ticket");
+  return requests_[t.index];
+}
+
+uint32_t ArenaExperts::new_request() {
+  uint32_t i;
+  if (!free_requests_.empty()) {
+    i = free_requests_.back();
+    free_requests_.pop_back();
+  } else {
+    i = uint32_t(requests_.size());
+    requests_.emplace_back();
+  }
+  Request& r = requests_[i];  // reused: its vectors keep their capacity
+  ++r.gen;
+  r.open = true;
+  r.waited = r.failed = false;
+  r.layer = 0;
+  r.pos.clear();
+  r.job.reset();
+  r.problem.clear();
+  ++open_;
+  return i;
+}
+
+void ArenaExperts::free_request(uint32_t i) {
+  Request& r = requests_[i];
+  r.open = false;
+  r.job.reset();
+  free_requests_.push_back(i);
+  --open_;
+}
+
+Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase phase) {
+  collect_keys(layer, ids);
   check(int64_t(keys_.size()) <= max_batch(),
         "expert arena: layer {}: {} experts asked in one acquire, max_batch is {}", layer,
         keys_.size(), max_batch());
-  std::string problem;
+  reap_finished();
+  wait_for_loading_keys(layer);  // no second read of an expert already on its way
+  if (prefetch_held_ > 0 && !res_.fits(keys_, phase)) {
+    for (Job* j : std::vector<Job*>(inflight_.begin(), inflight_.end()))
+      if (j->prefetch) wait_job(j, layer);  // prefetches must not change this batch's decisions
+  }
+  if (device_) make_staging_room(keys_.size());
+  if (open_ > 0) stats_->overlapped_submits++;
+  const uint32_t idx = new_request();
+  Request& rq = requests_[idx];
+  rq.layer = layer;
+  rq.pos.assign(pos_.begin(), pos_.end());
   try {
-    res_.plan(keys_, phase, plan_);
-    copy_tiers(layer);
-    problem = load_misses(layer);
+    res_.plan(keys_, phase, rq.plan);
   } catch (const std::exception& e) {
-    problem = e.what();
-  }
-  if (!problem.empty()) {
-    res_.abort(plan_);
+    res_.abort(rq.plan);
+    free_request(idx);
     stats_->failed_acquires++;
-    stats_->last_error = problem;
-    throw Error(problem);
+    stats_->last_error = e.what();
+    throw Error(e.what());
   }
-  res_.commit(plan_);
-  stats_->record(layer, plan_, [&](ExpertKey k) { return index_.record(k).bytes; });
-  for (const PlanStep& st : plan_.steps) last_found_[st.key] = st.found;
-  views.reserve(ids.size());
-  for (size_t p : pos_) {
-    const PlanStep& st = plan_.steps[p];
-    views.push_back(index_.view(st.key, slot_ptr(st.slot)));
+  res_.hold(rq.plan);
+  for (PlanStep& st : rq.plan.steps)
+    if (std::find(late_.begin(), late_.end(), st.key) != late_.end()) st.in_flight = true;
+  copy_tiers(rq.plan);
+  rq.job = make_job(rq.plan, layer, false);
+  if (rq.job) {
+    rq.job->request = idx;
+    push(rq.job.get());
+  } else {
+    res_.commit(rq.plan);  // hits and host-tier copies only: nothing to wait for
+  }
+  return Ticket{idx, rq.gen};
+}
+
+// An expert of keys_ that an earlier request (a prefetch, or another open
+// ticket) is still reading: wait for that read and reap it. The use then
+// counts as hits.loading, or as a miss when that read failed.
+void ArenaExperts::wait_for_loading_keys(int64_t layer) {
+  late_.clear();
+  for (ExpertKey k : keys_) {
+    Job* j = loading_job_[k];
+    if (!j) continue;
+    wait_job(j, layer);
+    if (res_.state(k) != KeyState::Absent) late_.push_back(k);
   }
 }
 
 // Spills (arena -> host) first, then host hits (host -> arena): a slot may be
 // spilled and refilled within one plan, never the other way round.
-void ArenaExperts::copy_tiers(int64_t layer) {
-  for (const Spill& sp : plan_.spills) {
-    size_t n = index_.record(sp.key).slot_bytes;
-    std::memcpy(host_ptr(sp.host_slot), slot_ptr(sp.slot), n);
+void ArenaExperts::copy_tiers(const Plan& plan) {
+  for (const Spill& sp : plan.spills) {
+    const size_t n = index_.record(sp.key).slot_bytes;
+    if (device_) {
+      backend_->to_host(host_ptr(sp.host_slot), slot_ptr(sp.slot), n);
+    } else {
+      std::memcpy(host_ptr(sp.host_slot), slot_ptr(sp.slot), n);
+    }
     stats_->host_copy_bytes += n;
   }
-  for (const PlanStep& st : plan_.steps) {
+  for (const PlanStep& st : plan.steps) {
     if (st.found != Tier::Host) continue;
-    size_t n = index_.record(st.key).slot_bytes;
-    std::memcpy(slot_ptr(st.slot), host_ptr(st.host_slot), n);
+    const size_t n = index_.record(st.key).slot_bytes;
+    if (device_) {
+      backend_->to_device(slot_ptr(st.slot), host_ptr(st.host_slot), n);
+    } else {
+      std::memcpy(slot_ptr(st.slot), host_ptr(st.host_slot), n);
+    }
     stats_->host_copy_bytes += n;
   }
 }
 
-// One batched read for every storage miss of the plan, then validation.
-std::string ArenaExperts::load_misses(int64_t layer) {
-  reqs_.clear();
-  req_step_.clear();
-  for (size_t i = 0; i < plan_.steps.size(); ++i) {
-    const PlanStep& st = plan_.steps[i];
-    if (st.found != Tier::Storage) continue;
-    for (const Extent& e : index_.record(st.key).extents) {
-      io::ReadRequest r;
-      r.file = files_[e.shard].get();
-      r.offset = e.offset;
-      r.length = e.length;
-      r.dst = slot_ptr(st.slot) + e.slot_offset;
-      reqs_.push_back(r);
-      req_step_.push_back(i);
-    }
+void ArenaExperts::wait(Ticket t, std::vector<ExpertView>& views) {
+  views.clear();
+  Request& rq = request(t);
+  check(!rq.waited, "expert arena: ticket waited twice");
+  if (rq.job && !rq.job->reaped) wait_job(rq.job.get(), rq.layer);
+  if (rq.failed) {
+    const std::string problem = rq.problem;
+    free_request(t.index);  // the failed read left nothing behind (reap_failed)
+    throw Error(problem);
   }
-  if (reqs_.empty()) return {};
-  const io::IoCounters before = reader_->counters();
-  uint64_t t0 = now_ns();
-  reader_->read(reqs_);
-  stats_->layers[size_t(layer)].stall_ns += now_ns() - t0;
-  const io::IoCounters& after = reader_->counters();
-  stats_->read_requests += after.requests - before.requests;
-  stats_->aligned_read_bytes += after.bytes_aligned - before.bytes_aligned;
-  stats_->direct_reads += after.direct_reads - before.direct_reads;
-  stats_->buffered_reads += after.buffered_reads - before.buffered_reads;
-  stats_->sample_process_io();
-  note_fallbacks();
-  for (size_t j = 0; j < reqs_.size(); ++j) {
-    if (reqs_[j].ok()) continue;
-    ExpertKey k = plan_.steps[req_step_[j]].key;
-    return fmt::format("{} (layer {} expert {})", io::describe_failure(reqs_[j]),
-                       index_.layer_of(k), index_.expert_of(k));
+  rq.waited = true;
+  stats_->record(rq.layer, rq.plan, [&](ExpertKey k) { return index_.record(k).bytes; });
+  for (const PlanStep& st : rq.plan.steps) {
+    last_hit_[st.key] = !st.in_flight && (st.found == Tier::Hot || st.found == Tier::Transient);
+    if (st.prefetched) stats_->prefetch.used_load_ns += pf_cost_[st.key];
   }
-  if (!validate_) return {};
-  uint64_t t1 = now_ns();
-  std::string bad;
-  for (const PlanStep& st : plan_.steps) {
-    if (st.found != Tier::Storage) continue;
-    bad = index_.validate(st.key, slot_ptr(st.slot));
-    if (!bad.empty()) break;
+  views.reserve(rq.pos.size());
+  for (uint32_t p : rq.pos) {
+    const PlanStep& st = rq.plan.steps[p];
+    views.push_back(index_.view(st.key, slot_ptr(st.slot)));
   }
-  stats_->validate_ns += now_ns() - t1;
-  return bad;
+}
+
+void ArenaExperts::release(Ticket t) {
+  Request& rq = request(t);
+  if (rq.job && !rq.job->reaped) wait_job(rq.job.get(), rq.layer);  // no slot goes under a read
+  if (!rq.failed) res_.release(rq.plan);
+  free_request(t.index);
+}
+
+bool ArenaExperts::can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) {
+  collect_keys(layer, ids);
+  reap_finished();
+  return res_.fits(keys_, phase);
+}
+
+void ArenaExperts::prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) {
+  collect_keys(layer, ids);
+  reap_finished();
+  size_t limit = prefetch_limit_ > prefetch_held_ ? prefetch_limit_ - prefetch_held_ : 0;
+  if (device_) limit = std::min(limit, staging_free_.size() + staging_pending_.size());
+  Plan plan;
+  const PrefetchSkips skips = res_.prefetch(keys_, phase, limit, plan);
+  stats_->record_prefetch(layer, keys_.size(), plan, skips,
+                          [&](ExpertKey k) { return index_.record(k).bytes; });
+  if (plan.steps.empty()) return;
+  for (const PlanStep& st : plan.steps) pf_cost_[st.key] = 0;  // set when its read is reaped
+  res_.hold(plan);
+  prefetch_held_ += plan.steps.size();
+  copy_tiers(plan);
+  std::unique_ptr<Job> reads = make_job(plan, layer, true);
+  if (!reads) {  // host-tier copies only: done already
+    res_.commit(plan);
+    res_.release(plan);
+    prefetch_held_ -= plan.steps.size();
+    return;
+  }
+  reads->plan = std::move(plan);
+  push(reads.get());
+  prefetch_jobs_.push_back(std::move(reads));
 }
 
 void ArenaExperts::note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) {
@@ -200,8 +318,7 @@ void ArenaExperts::note_routing(int64_t layer, std::span<const int32_t> topk, in
       int32_t e = topk[t + size_t(j)];
       check(e >= 0 && e < index_.num_experts(),
             "expert arena: note_routing: expert {} out of range", e);
-      Tier f = last_found_[index_.key(layer, e)];
-      all_hit = all_hit && (f == Tier::Hot || f == Tier::Transient);
+      all_hit = all_hit && last_hit_[index_.key(layer, e)];
     }
     stats_->record_step(layer, all_hit);
   }

@@ -3,23 +3,44 @@
 // experts/residency.h) and, optionally, a host-RAM tier; misses are read in
 // place from the checkpoint's shards with O_DIRECT, batched.
 //
-// acquire(layer, ids, phase): looks every id up, evicts what the policy says,
-// copies host-tier hits back, issues ONE batched read for all misses, validates
-// the bytes (sizes, NaN/Inf weights, 0xff e8m0 scales), and only then marks
-// them resident and returns views. Any failure (short read, EIO, truncated
-// shard, validation) throws Error naming the file, tensor, layer and expert;
-// the slots that were being loaded are released, nothing half-read is ever
-// visible, and the next acquire works normally.
+// submit(layer, ids, phase): looks every id up, evicts what the policy says,
+// copies host-tier hits back, and queues ONE batched read for all misses on
+// the loader thread (experts/loader.h); it returns at once. wait(ticket)
+// blocks until the read is done (or runs it on the spot when the loader has
+// not started it), validates the bytes (sizes, NaN/Inf weights, 0xff e8m0
+// scales), and only then marks them resident and returns views. Any failure
+// (short read, EIO, truncated shard, validation) throws Error from wait()
+// naming the file, tensor, layer and expert; the slots that were being loaded
+// are released, nothing half-read is ever visible, and the next request works
+// normally. Views stay valid (their slots pinned) until release(ticket).
 //
-// Protocol: as ExpertProvider (one caller thread). The reader may use its own
-// threads inside acquire(); none of them outlives the call.
+// Memory (the backend seam). Without a backend, slots and the host tier are
+// 4 KiB-aligned host buffers and reads land in the slots. With
+// ArenaConfig::backend: when backend->is_host() (the CPU backend) slots come
+// from alloc_host and reads still land in them; otherwise slots are device
+// memory (backend->alloc), the host tier and a ring of read staging slots are
+// pinned host memory (alloc_host), a read lands in a staging slot, is
+// validated there (host bytes) and is copied with to_device when its request
+// is reaped; host-tier hits are copied with to_device, spills with to_host.
+// A staging slot is reused only after a backend->synchronize() that follows
+// its copy.
+//
+// Threading protocol: as ExpertProvider — every public call on the owner's
+// thread; the loader thread only runs LoadJobs (reads and validation of host
+// bytes; experts/loader.h). Everything else (Residency, tickets, stats,
+// backend copies) is touched by the owner's thread only: a finished job is
+// "reaped" (committed or aborted) by the owner at its next call.
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/buffer.h"
 #include "experts/index.h"
 #include "experts/provider.h"
@@ -28,6 +49,8 @@
 #include "io/reader.h"
 
 namespace moetier {
+
+class Loader;
 
 struct ArenaConfig {
   size_t hot_slots = 0;
@@ -40,6 +63,11 @@ struct ArenaConfig {
   int io_depth = 16;   // io_uring queue depth / pread threads
   bool direct = true;  // O_DIRECT (with a counted buffered fallback)
   bool validate = true;
+  Backend* backend = nullptr;  // memory through the backend seam (above); null: host buffers
+  size_t staging_slots = 0;    // device path: read staging slots (0: max_batch + prefetch_limit)
+  size_t prefetch_limit = 0;   // most experts prefetch loads hold at once (0: max_batch)
+  // One-line notes the CLI may print (an O_DIRECT fallback); null: none.
+  std::function<void(const std::string&)> note;
 };
 
 class ArenaExperts final : public ExpertProvider {
@@ -49,44 +77,94 @@ class ArenaExperts final : public ExpertProvider {
   ~ArenaExperts() override;
 
   int64_t max_batch() const override;
-  void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,
-               std::vector<ExpertView>& views) override;
+  Ticket submit(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
+  void wait(Ticket t, std::vector<ExpertView>& views) override;
+  void release(Ticket t) override;
+  bool can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
+  void prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
   void note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) override;
+
+  // Blocks until every load in flight (prefetches included) is done and reaped.
+  void drain();
+  size_t open_tickets() const { return open_; }
+  size_t loads_in_flight() const { return inflight_.size(); }
 
   const ExpertIndex& index() const { return index_; }
   const Residency& residency() const { return res_; }
   const ExpertStats& stats() const { return *stats_; }
   ExpertStats& stats() { return *stats_; }
-  const io::Reader& reader() const { return *reader_; }
+  const std::string& reader_name() const { return reader_name_; }
+  bool device_slots() const { return device_; }  // slots are device memory (staged reads)
 
  private:
-  std::byte* slot_ptr(int32_t slot) { return arena_.as<std::byte>() + size_t(slot) * slot_bytes_; }
-  std::byte* host_ptr(int32_t h) { return host_.as<std::byte>() + size_t(h) * slot_bytes_; }
-  void copy_tiers(int64_t layer);
-  std::string load_misses(int64_t layer);  // "" or the first problem
+  struct Job;
+  struct Request {
+    uint32_t gen = 0;
+    bool open = false, waited = false, failed = false;
+    int64_t layer = 0;
+    Plan plan;
+    std::vector<uint32_t> pos;  // [ids] index into plan.steps
+    std::unique_ptr<Job> job;   // the storage reads, or null
+    std::string problem;        // failed: the one-line error
+  };
+
+  std::byte* slot_ptr(int32_t slot) const { return arena_base_ + size_t(slot) * slot_bytes_; }
+  std::byte* host_ptr(int32_t h) const { return host_base_ + size_t(h) * slot_bytes_; }
+  std::byte* staging_ptr(int32_t s) const { return staging_base_ + size_t(s) * slot_bytes_; }
+  void allocate_memory(const ArenaConfig& cfg);
+  void collect_keys(int64_t layer, std::span<const int32_t> ids);  // -> keys_, pos_
+  Request& request(Ticket t);
+  uint32_t new_request();
+  void free_request(uint32_t index);
+  void wait_for_loading_keys(int64_t layer);
+  void make_staging_room(size_t n);
+  void copy_tiers(const Plan& plan);
+  std::unique_ptr<Job> make_job(const Plan& plan, int64_t layer, bool prefetch);
+  void push(Job* job);
+  void reap(Job* job);
+  void reap_finished();
+  void reap_ok(Job& job);
+  void reap_failed(Job& job);
+  void wait_job(Job* job, int64_t layer);
   void note_fallbacks();
 
   ExpertIndex index_;
   Residency res_;
   size_t slot_bytes_ = 0;
-  AlignedBuffer arena_;                                 // [hot + transient slots, slot_bytes]
-  AlignedBuffer host_;                                  // [host slots, slot_bytes]
-  std::vector<std::unique_ptr<io::DirectFile>> files_;  // [shards]
-  std::vector<uint8_t> fallback_noted_;                 // [shards]
-  std::unique_ptr<io::Reader> reader_;
+  Backend* backend_ = nullptr;
+  bool device_ = false;
+  // Memory: host buffers without a backend, else the backend's.
+  AlignedBuffer arena_host_, host_host_;
+  DeviceBuffer arena_dev_, host_dev_, staging_dev_;
+  std::byte* arena_base_ = nullptr;    // [hot + transient slots, slot_bytes]
+  std::byte* host_base_ = nullptr;     // [host slots, slot_bytes]
+  std::byte* staging_base_ = nullptr;  // [staging slots, slot_bytes] (device path)
+  std::vector<int32_t> staging_free_, staging_pending_;  // pending: copied, not synchronized
+  std::vector<std::unique_ptr<io::DirectFile>> files_;   // [shards]
+  std::vector<uint8_t> fallback_noted_;                  // [shards]
+  std::function<void(const std::string&)> note_;
   bool validate_ = true;
+  size_t prefetch_limit_ = 0, prefetch_held_ = 0;
   ExpertStats own_stats_;
   ExpertStats* stats_ = nullptr;
-  // Scratch of one acquire.
-  std::vector<ExpertKey> keys_;  // distinct keys, first-seen order
-  std::vector<size_t> pos_;      // [ids] index into keys_
-  Plan plan_;
-  std::vector<io::ReadRequest> reqs_;
-  std::vector<size_t> req_step_;    // [reqs] plan step the read belongs to
-  std::vector<Tier> last_found_;    // [num_keys] tier of the key's latest acquire
+  std::string reader_name_;
+  // Requests and loads.
+  std::vector<Request> requests_;  // [ticket index]
+  std::vector<uint32_t> free_requests_;
+  size_t open_ = 0;
+  std::vector<std::unique_ptr<Job>> prefetch_jobs_;
+  std::deque<Job*> inflight_;      // pushed, not reaped; oldest first
+  std::vector<Job*> loading_job_;  // [num_keys] the job reading the key, or null
+  std::vector<uint8_t> last_hit_;  // [num_keys] latest use was a hot/transient hit
+  std::vector<uint64_t> pf_cost_;  // [num_keys] load time share of a prefetched key
+  // Scratch of one call.
+  std::vector<ExpertKey> keys_;     // distinct keys, first-seen order
+  std::vector<uint32_t> pos_;       // [ids] index into keys_
+  std::vector<ExpertKey> late_;     // keys whose earlier load this submit waited for
   std::vector<uint64_t> key_seen_;  // [num_keys] dedupe stamp
   std::vector<uint32_t> key_pos_;   // [num_keys] index into keys_ when stamped
   uint64_t stamp_ = 0;
+  std::unique_ptr<Loader> loader_;  // last: destroyed first (its jobs point into the memory)
 };
 
 }  // namespace moetier

@@ -77,6 +77,85 @@ ByteRange range_of(const Checkpoint& ck, const TensorInfo& t, ExpertPart part, u
   return r;
 }
 
+// The model dimensions one expert's layout is checked against.
+struct LayoutDims {
+  int64_t hidden = 0, inter = 0, experts = 0;  // H, I, E
+};
+
+// Stacked f32/bf16: gate_up_proj [E, 2I, H] (gate rows, then up rows) and
+// down_proj [E, H, I]; the expert is the cut at t.index.
+void add_stacked(const Checkpoint& ck, const ExpertTensors& t, const LayoutDims& d,
+                 ExpertRecord& rec, MatShape* out[3]) {
+  const int64_t H = d.hidden, I = d.inter, E = d.experts;
+  const TensorInfo& gu = ck.get(t.gate);
+  const TensorInfo& dn = ck.get(t.down);
+  expect_shape(ck, gu, {E, 2 * I, H});
+  expect_shape(ck, dn, {E, H, I});
+  *out[0] = plain_shape(ck, gu, I, H);
+  *out[1] = plain_shape(ck, gu, I, H);
+  *out[2] = plain_shape(ck, dn, H, I);
+  const uint64_t es = dtype_size(gu.dtype), ds = dtype_size(dn.dtype);
+  const uint64_t m = uint64_t(I * H);
+  const uint64_t at = uint64_t(t.index) * 2 * m * es;
+  rec.ranges.push_back(range_of(ck, gu, ExpertPart::GateW, at, m * es));
+  rec.ranges.push_back(range_of(ck, gu, ExpertPart::UpW, at + m * es, m * es));
+  rec.ranges.push_back(range_of(ck, dn, ExpertPart::DownW, uint64_t(t.index) * m * ds, m * ds));
+}
+
+// One matrix (part p: 0 gate, 1 up, 2 down) of a per-expert layout: its weight
+// tensor w [rows, cols] as stored, and its scale / codebook tensor name.
+using PartFn = void (*)(const Checkpoint& ck, const TensorInfo& w, const std::string& scale, int p,
+                        int64_t rows, int64_t cols, ExpertRecord& rec, MatShape& out);
+
+// Per-expert f32/bf16 weights [rows, cols].
+void add_plain_part(const Checkpoint& ck, const TensorInfo& w, const std::string&, int,
+                    int64_t rows, int64_t cols, ExpertRecord&, MatShape& out) {
+  expect_shape(ck, w, {rows, cols});
+  out = plain_shape(ck, w, rows, cols);
+}
+
+// Per-expert MXFP4: U8/I8 [rows, cols / 2] and e8m0 scales [rows, cols / 32].
+void add_mxfp4_part(const Checkpoint& ck, const TensorInfo& w, const std::string& scale, int p,
+                    int64_t rows, int64_t cols, ExpertRecord& rec, MatShape& out) {
+  const std::string& file = ck.shards()[w.shard].path.string();
+  check(cols % 32 == 0, "{}: tensor '{}': MXFP4 needs in-features divisible by 32, got {}", file,
+        w.name, cols);
+  check(w.dtype == DType::U8 || w.dtype == DType::I8,
+        "{}: tensor '{}': MXFP4 weights must be U8 or I8, got {}", file, w.name,
+        dtype_name(w.dtype));
+  expect_shape(ck, w, {rows, cols / 2});
+  const TensorInfo& s = ck.get(scale);
+  check(s.dtype == DType::F8_E8M0 || s.dtype == DType::U8,
+        "{}: tensor '{}': MXFP4 scales must be F8_E8M0 or U8, got {}",
+        ck.shards()[s.shard].path.string(), s.name, dtype_name(s.dtype));
+  expect_shape(ck, s, {rows, cols / 32});
+  out = {WeightEncoding::MXFP4, w.dtype, rows, cols};
+  rec.ranges.push_back(range_of(ck, s, ExpertPart(int(ExpertPart::GateScale) + p), 0, s.nbytes()));
+}
+
+// Per-expert CB3: codes U8 and an f16 codebook [rows, 8] (named like a scale).
+void add_cb3_part(const Checkpoint& ck, const TensorInfo& w, const std::string& codebook, int p,
+                  int64_t rows, int64_t cols, ExpertRecord& rec, MatShape& out) {
+  const TensorInfo& cb = ck.get(codebook);
+  out = cb3_shape(ck, w, cb, rows, cols);
+  rec.ranges.push_back(
+      range_of(ck, cb, ExpertPart(int(ExpertPart::GateScale) + p), 0, cb.nbytes()));
+}
+
+// The three matrices of a per-expert layout: part-specific checks and ranges
+// (scales first), then the weight's own range.
+void add_per_expert(const Checkpoint& ck, const ExpertTensors& t, const LayoutDims& d,
+                    ExpertRecord& rec, MatShape* out[3], PartFn part) {
+  const std::string* names[3] = {&t.gate, &t.up, &t.down};
+  const std::string* scales[3] = {&t.gate_scale, &t.up_scale, &t.down_scale};
+  for (int p = 0; p < 3; ++p) {
+    const int64_t rows = p < 2 ? d.inter : d.hidden, cols = p < 2 ? d.hidden : d.inter;
+    const TensorInfo& w = ck.get(*names[p]);
+    part(ck, w, *scales[p], p, rows, cols, rec, *out[p]);
+    rec.ranges.push_back(range_of(ck, w, ExpertPart(p), 0, w.nbytes()));
+  }
+}
+
 // Coalesces the ranges into extents and assigns slot offsets.
 void lay_out(ExpertRecord& rec) {
   std::vector<size_t> order(rec.ranges.size());
@@ -149,57 +228,23 @@ ExpertIndex ExpertIndex::build(const Checkpoint& ck, const ExpertIndexSpec& spec
 }
 
 void ExpertIndex::add_expert(const Checkpoint& ck, int64_t l, int64_t e, const ExpertTensors& t) {
-  const int64_t H = hidden_, I = inter_, E = num_experts_;
+  const LayoutDims d{hidden_, inter_, num_experts_};
   ExpertRecord rec;
   LayerShapes sh;
-  if (t.layout == ExpertLayout::Stacked) {
-    const TensorInfo& gu = ck.get(t.gate);
-    const TensorInfo& dn = ck.get(t.down);
-    expect_shape(ck, gu, {E, 2 * I, H});
-    expect_shape(ck, dn, {E, H, I});
-    sh = {plain_shape(ck, gu, I, H), plain_shape(ck, gu, I, H), plain_shape(ck, dn, H, I)};
-    uint64_t es = dtype_size(gu.dtype), ds = dtype_size(dn.dtype);
-    uint64_t m = uint64_t(I * H);
-    uint64_t at = uint64_t(t.index) * 2 * m * es;
-    rec.ranges.push_back(range_of(ck, gu, ExpertPart::GateW, at, m * es));
-    rec.ranges.push_back(range_of(ck, gu, ExpertPart::UpW, at + m * es, m * es));
-    rec.ranges.push_back(range_of(ck, dn, ExpertPart::DownW, uint64_t(t.index) * m * ds, m * ds));
-  } else {
-    const bool fp4 = t.layout == ExpertLayout::PerExpertMxfp4;
-    const bool cb3 = t.layout == ExpertLayout::PerExpertCb3;  // scales: the codebooks
-    const std::string* names[3] = {&t.gate, &t.up, &t.down};
-    const std::string* scales[3] = {&t.gate_scale, &t.up_scale, &t.down_scale};
-    MatShape* out[3] = {&sh.gate, &sh.up, &sh.down};
-    for (int p = 0; p < 3; ++p) {
-      int64_t rows = p < 2 ? I : H, cols = p < 2 ? H : I;
-      const TensorInfo& w = ck.get(*names[p]);
-      if (cb3) {
-        const TensorInfo& cb = ck.get(*scales[p]);
-        *out[p] = cb3_shape(ck, w, cb, rows, cols);
-        rec.ranges.push_back(
-            range_of(ck, cb, ExpertPart(int(ExpertPart::GateScale) + p), 0, cb.nbytes()));
-      } else if (!fp4) {
-        expect_shape(ck, w, {rows, cols});
-        *out[p] = plain_shape(ck, w, rows, cols);
-      } else {
-        const std::string& file = ck.shards()[w.shard].path.string();
-        check(cols % 32 == 0, "{}: tensor '{}': MXFP4 needs in-features divisible by 32, got {}",
-              file, w.name, cols);
-        check(w.dtype == DType::U8 || w.dtype == DType::I8,
-              "{}: tensor '{}': MXFP4 weights must be U8 or I8, got {}", file, w.name,
-              dtype_name(w.dtype));
-        expect_shape(ck, w, {rows, cols / 2});
-        const TensorInfo& s = ck.get(*scales[p]);
-        check(s.dtype == DType::F8_E8M0 || s.dtype == DType::U8,
-              "{}: tensor '{}': MXFP4 scales must be F8_E8M0 or U8, got {}",
-              ck.shards()[s.shard].path.string(), s.name, dtype_name(s.dtype));
-        expect_shape(ck, s, {rows, cols / 32});
-        *out[p] = {WeightEncoding::MXFP4, w.dtype, rows, cols};
-        rec.ranges.push_back(
-            range_of(ck, s, ExpertPart(int(ExpertPart::GateScale) + p), 0, s.nbytes()));
-      }
-      rec.ranges.push_back(range_of(ck, w, ExpertPart(p), 0, w.nbytes()));
-    }
+  MatShape* out[3] = {&sh.gate, &sh.up, &sh.down};
+  switch (t.layout) {
+    case ExpertLayout::Stacked:
+      add_stacked(ck, t, d, rec, out);
+      break;
+    case ExpertLayout::PerExpert:
+      add_per_expert(ck, t, d, rec, out, add_plain_part);
+      break;
+    case ExpertLayout::PerExpertMxfp4:
+      add_per_expert(ck, t, d, rec, out, add_mxfp4_part);
+      break;
+    case ExpertLayout::PerExpertCb3:
+      add_per_expert(ck, t, d, rec, out, add_cb3_part);
+      break;
   }
   LayerShapes& ls = shapes_[size_t(l)];
   if (e == 0) {

@@ -111,6 +111,7 @@ ArenaConfig resolve_arena_config(const ExpertIndex& ix, const ModelSpec& cfg,
         opt.io_depth);
   ac.io_depth = opt.io_depth;
   ac.direct = !opt.buffered;
+  ac.note = opt.note;
   if (summary) {
     *summary = fmt::format(
         "experts: arena {} hot + {} transient slots x {} = {} ({:.1f}% of {} experts; {}), "
@@ -124,12 +125,13 @@ ArenaConfig resolve_arena_config(const ExpertIndex& ix, const ModelSpec& cfg,
 
 std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const ModelSpec& cfg,
                                                    const ExpertOptions& opt, ExpertStats* stats,
-                                                   std::string* summary) {
+                                                   std::string* summary, Backend* backend) {
   ExpertIndex ix = ExpertIndex::build(ck, cfg);
   std::string line;
   ArenaConfig ac = resolve_arena_config(ix, cfg, opt, &line);
+  ac.backend = backend;
   auto p = std::make_unique<ArenaExperts>(std::move(ix), ac, stats);
-  if (summary) *summary = line + ", reader " + p->reader().name();
+  if (summary) *summary = line + ", reader " + p->reader_name();
   return p;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,8 @@ struct ExpertOptions {
   bool stats = false;          // --stats: print ExpertStats to stderr at the end
   std::string stats_json;      // --stats-json FILE
   bool quiet = false;          // do not print the chosen sizes
+  // One-line notes while running (an O_DIRECT fallback); the CLI prints them.
+  std::function<void(const std::string&)> note;
 };
 
 // The sizing rules, shared with `moetier simulate`: the default transient ring
@@ -55,10 +58,12 @@ ArenaConfig resolve_arena_config(const ExpertIndex& index, const ModelSpec& cfg,
                                  const ExpertOptions& opt, std::string* summary);
 
 // The arena-backed provider. stats may be null; `summary` (if given) gets one
-// line describing the sizes chosen and the reader. (opt.mapped is the
-// caller's business: MappedExperts lives in the runtime.)
+// line describing the sizes chosen and the reader; `backend` (if given) owns
+// the arena's memory (ArenaConfig::backend). (opt.mapped is the caller's
+// business: MappedExperts lives in the runtime.)
 std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const ModelSpec& cfg,
                                                    const ExpertOptions& opt, ExpertStats* stats,
-                                                   std::string* summary = nullptr);
+                                                   std::string* summary = nullptr,
+                                                   Backend* backend = nullptr);
 
 }  // namespace moetier

@@ -7,6 +7,11 @@
 // a key (resident or not), and is told when a key enters or leaves the hot set;
 // it answers which resident key to evict next.
 //
+// Contract (Residency::fits relies on it): victim() depends only on the order
+// the policy keeps among resident keys, and on_use / on_insert / on_erase of a
+// key move only that key in that order (the others keep their relative
+// order). LRU, LFU and pinned + LRU all do.
+//
 // Not thread-safe: owned and called by one Residency.
 #pragma once
 

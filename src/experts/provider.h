@@ -1,15 +1,40 @@
 // ExpertProvider: how the runtime gets the weights of the experts it routed to.
 //
-// Protocol (single caller thread per provider; the provider may use I/O
-// threads internally):
+// Protocol (one caller thread per provider: all calls, and every Session that
+// shares the provider, on that thread; the provider may run reads on its own
+// threads, which never touch anything but the request being read):
 //   1. The runtime routes a chunk of tokens for one layer and collects the
 //      distinct experts it needs, at most max_batch() at a time.
-//   2. It calls acquire(layer, ids, phase, views). On return every view is
-//      valid and fully loaded (never partially read bytes), or acquire threw
-//      Error and no view is valid.
-//   3. Views stay valid until the next acquire() call on this provider.
+//   2. submit(layer, ids, phase) decides where every expert goes, starts the
+//      reads of the missing ones and returns a Ticket without waiting for
+//      them (it blocks only for experts that an earlier request is still
+//      loading, and for the slots a cramped arena must first get back).
+//   3. wait(ticket, views) blocks until the ticket's experts are loaded and
+//      validated: on return every view is valid and fully loaded (never
+//      partially read bytes), or wait threw Error, no view is valid and the
+//      ticket is finished (nothing of a failed read stays behind).
+//   4. Views stay valid, and their experts pinned (never evicted or
+//      overwritten), until release(ticket). Pins are reference counts: several
+//      open tickets (of several sessions) may pin the same expert. Every
+//      ticket must be released, waited or not (release of a ticket never
+//      waited cancels it: its uses are not counted).
+//   5. The pins of all open tickets plus the batch being submitted must fit
+//      in max_batch() distinct experts (placement is then guaranteed).
+//      can_overlap(layer, ids, phase) says whether a submit now would decide
+//      exactly as it would with no ticket open: the runtime submits the next
+//      batch before computing the current one only then, so that overlapping
+//      reads with compute changes no counter (docs/cache-protocol.md).
+//   6. prefetch(layer, ids, phase) is a hint that those experts will be needed
+//      soon: it starts loads where the arena has room without disturbing open
+//      tickets and returns at once. It never changes the output; it is counted
+//      (ExpertStats::prefetch).
+//   7. acquire(layer, ids, phase, views) is submit + wait for callers that do
+//      not overlap: its views stay valid until the next acquire(), which
+//      releases the previous acquire's ticket first.
+//   8. Optionally, after the batches that served a chunk, note_routing(layer,
+//      topk, k) reports the chunk's routing (accounting only).
 // Implementations: MappedExperts (all resident, views into the checkpoint's
-// mmap; src/runtime) and the arena-backed store (src/experts, issue 3).
+// mmap; src/runtime) and ArenaExperts (src/experts/arena_experts.h).
 #pragma once
 
 #include <cstdint>
@@ -22,19 +47,37 @@ namespace moetier {
 
 enum class Phase : uint8_t { Prefill, Decode };
 
+// An open request of one provider (opaque; copyable; invalid by default).
+struct Ticket {
+  uint32_t index = UINT32_MAX;
+  uint32_t gen = 0;
+  bool valid() const { return index != UINT32_MAX; }
+};
+
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
-  // Largest number of distinct experts one acquire() call may ask for.
+  // Largest number of distinct experts one submit() may ask for.
   virtual int64_t max_batch() const = 0;
+  // Starts a request (see the protocol above). Throws Error for a dense layer,
+  // an id out of range, too many ids, or when open tickets leave no room.
+  virtual Ticket submit(int64_t layer, std::span<const int32_t> ids, Phase phase) = 0;
   // views.size() == ids.size() on return; views[i] belongs to ids[i].
-  virtual void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,
-                       std::vector<ExpertView>& views) = 0;
+  virtual void wait(Ticket t, std::vector<ExpertView>& views) = 0;
+  virtual void release(Ticket t) = 0;
+  // True when submit(layer, ids, phase) now decides as with no ticket open.
+  virtual bool can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) {
+    return false;
+  }
+  // A hint; returns at once; never throws for I/O (a failed prefetch read is
+  // counted, and the expert stays absent).
+  virtual void prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) {}
   // Optional, for accounting only (ExpertStats' all-k-hit share): after the
-  // acquire() calls that served a chunk of tokens for `layer`, the runtime may
-  // report their routing, topk [n_tokens, k] expert ids (n_tokens =
-  // topk.size() / k). A (token, layer) step counts as an all-hit when every one
-  // of its k experts was resident in the arena at the acquire() that served it.
+  // batches that served a chunk of tokens for `layer`, the runtime may report
+  // their routing, topk [n_tokens, k] expert ids (n_tokens = topk.size() / k).
+  // A (token, layer) step counts as an all-hit when every one of its k experts
+  // was resident in the arena (and not still loading) at the submit that
+  // served it.
   virtual void note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) {}
   // Optional: a Backend expert table (Backend::register_experts) holding every
   // expert of `layer`, resident for the provider's lifetime, or -1. With one,
@@ -42,6 +85,34 @@ class ExpertProvider {
   // straight from the router's output (no host round trip); such steps are
   // not counted in any provider statistic.
   virtual int device_table(int64_t layer) const { return -1; }
+
+  // submit + wait; releases the previous acquire()'s ticket first.
+  void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,
+               std::vector<ExpertView>& views);
+  // Releases the ticket of the last acquire() (if any); acquire() does it too.
+  void release_acquired();
+
+ private:
+  Ticket acquired_;
+};
+
+// Releases a ticket when it goes out of scope (exception safety for callers
+// that hold several tickets).
+class TicketGuard {
+ public:
+  TicketGuard() = default;
+  TicketGuard(ExpertProvider& p, Ticket t) : p_(&p), t_(t) {}
+  TicketGuard(const TicketGuard&) = delete;
+  TicketGuard& operator=(const TicketGuard&) = delete;
+  ~TicketGuard() { reset(); }
+  void reset(ExpertProvider* p = nullptr, Ticket t = {});
+  Ticket get() const { return t_; }
+  // Gives the ticket back to the caller without releasing it.
+  Ticket take();
+
+ private:
+  ExpertProvider* p_ = nullptr;
+  Ticket t_;
 };
 
 }  // namespace moetier

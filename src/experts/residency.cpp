@@ -21,6 +21,13 @@ const char* tier_name(Tier t) {
   return "?";
 }
 
+void Plan::clear(Phase ph) {
+  phase = ph;
+  steps.clear();
+  spills.clear();
+  hot_evictions = ring_evictions = prefetch_wasted = 0;
+}
+
 Residency::Residency(const ResidencyConfig& cfg, std::unique_ptr<Policy> policy)
     : cfg_(cfg), policy_(std::move(policy)) {
   check(cfg.hot_slots >= 1, "expert arena: needs at least one hot slot");
@@ -33,8 +40,11 @@ Residency::Residency(const ResidencyConfig& cfg, std::unique_ptr<Policy> policy)
   slot_of_.assign(cfg.num_keys, -1);
   host_of_.assign(cfg.num_keys, -1);
   key_gen_.assign(cfg.num_keys, 0);
+  prefetched_.assign(cfg.num_keys, 0);
   key_of_.assign(slots, -1);
   slot_lock_.assign(slots, 0);
+  refs_.assign(slots, 0);
+  loading_.assign(slots, 0);
   ring_pos_.resize(slots);
   for (size_t s = slots; s-- > 0;) free_.push_back(int32_t(s));  // slot 0 is taken first
   host_pos_.resize(cfg.host_slots);
@@ -61,6 +71,18 @@ Tier Residency::where(ExpertKey k) const {
   return host_of_[k] >= 0 ? Tier::Host : Tier::Storage;
 }
 
+KeyState Residency::state(ExpertKey k) const {
+  switch (state_.at(k)) {
+    case State::Hot:
+      return loading_[size_t(slot_of_[k])] ? KeyState::Loading : KeyState::Hot;
+    case State::Transient:
+      return loading_[size_t(slot_of_[k])] ? KeyState::Loading : KeyState::Transient;
+    case State::Absent:
+      break;
+  }
+  return KeyState::Absent;
+}
+
 std::vector<ExpertKey> Residency::hot_keys() const {
   std::vector<ExpertKey> out;
   for (size_t k = 0; k < state_.size(); ++k) {
@@ -70,8 +92,7 @@ std::vector<ExpertKey> Residency::hot_keys() const {
 }
 
 void Residency::plan(std::span<const ExpertKey> keys, Phase phase, Plan& out) {
-  out = Plan{};
-  out.phase = phase;
+  out.clear(phase);
   check(keys.size() <= max_batch(), "expert arena: acquire of {} experts exceeds max_batch {}",
         keys.size(), max_batch());
   ++gen_;
@@ -94,6 +115,11 @@ void Residency::plan(std::span<const ExpertKey> keys, Phase phase, Plan& out) {
 // Records where k is now and locks it; placement decisions come in place().
 void Residency::classify(ExpertKey k, Phase phase, PlanStep& st) {
   int32_t s = slot_of_[k];
+  if (state_[k] != State::Absent) {
+    st.in_flight = loading_[s] != 0;
+    st.prefetched = prefetched_[k] != 0;
+    prefetched_[k] = 0;
+  }
   if (state_[k] == State::Hot) {
     st.found = Tier::Hot;
     st.slot = s;
@@ -105,12 +131,7 @@ void Residency::classify(ExpertKey k, Phase phase, PlanStep& st) {
     slot_lock_[s] = gen_;
     st.hot = phase == Phase::Decode || cfg_.transient_slots == 0;  // promote on decode use
     if (!st.hot) ring_.splice(ring_.end(), ring_, ring_pos_[s]);
-  } else if (host_of_[k] >= 0) {
-    st.found = Tier::Host;
-    st.host_slot = host_of_[k];
-    host_lock_[st.host_slot] = gen_;
-    host_lru_.splice(host_lru_.end(), host_lru_, host_pos_[st.host_slot]);
-  } else {
+  } else if (!find_host(k, st)) {
     st.found = Tier::Storage;
   }
   if (st.found == Tier::Host || st.found == Tier::Storage) {
@@ -136,41 +157,75 @@ void Residency::place(PlanStep& st, Plan& out) {
   if (st.hot) {
     make_hot_room(out);
     s = take_free();
+  } else {
+    s = ring_slot(out);
+  }
+  occupy(st, s);
+}
+
+bool Residency::find_host(ExpertKey k, PlanStep& st) {
+  if (host_of_[k] < 0) return false;
+  st.found = Tier::Host;
+  st.host_slot = host_of_[k];
+  host_lock_[st.host_slot] = gen_;
+  host_lru_.splice(host_lru_.end(), host_lru_, host_pos_[st.host_slot]);
+  return true;
+}
+
+void Residency::occupy(PlanStep& st, int32_t s) {
+  const ExpertKey k = st.key;
+  if (st.hot) {
     state_[k] = State::Hot;
     ++hot_count_;
     policy_->on_insert(k);
   } else {
-    s = ring_slot(out);
     state_[k] = State::Transient;
     ring_pos_[s] = ring_.insert(ring_.end(), s);
   }
   slot_of_[k] = s;
   key_of_[s] = k;
   slot_lock_[s] = gen_;
+  loading_[s] = 1;
   st.slot = s;
   st.loading = true;
 }
 
 void Residency::make_hot_room(Plan& out) {
-  if (hot_count_ < cfg_.hot_slots) return;
-  auto v = policy_->victim([&](ExpertKey key) { return slot_locked(slot_of_[key]); });
-  check(v.has_value(), "expert arena: no evictable hot slot (batch too large for {} slots)",
-        cfg_.hot_slots);
+  check(try_hot_room(out),
+        "expert arena: no evictable hot slot (batch too large for {} slots; {} held by open "
+        "requests)",
+        cfg_.hot_slots, held_slots_);
+}
+
+bool Residency::try_hot_room(Plan& out) {
+  if (hot_count_ < cfg_.hot_slots) return true;
+  auto v = policy_->victim([&](ExpertKey key) { return !evictable(slot_of_[key]); });
+  if (!v) return false;
   int32_t s = slot_of_[*v];
   drop(*v, out);
   free_.push_back(s);
   ++out.hot_evictions;
+  return true;
 }
 
 int32_t Residency::ring_slot(Plan& out) {
+  int32_t s = try_ring_slot(out);
+  check(s >= 0,
+        "expert arena: every transient slot is in use by this acquire or held ({} slots held by "
+        "open requests)",
+        held_slots_);
+  return s;
+}
+
+int32_t Residency::try_ring_slot(Plan& out) {
   if (ring_.size() < cfg_.transient_slots) return take_free();
   for (int32_t s : ring_) {
-    if (slot_locked(s)) continue;
+    if (!evictable(s)) continue;
     drop(ExpertKey(key_of_[s]), out);  // removes s from the ring
     ++out.ring_evictions;
     return s;
   }
-  fail("expert arena: every transient slot is in use by this acquire");
+  return -1;
 }
 
 int32_t Residency::take_free() {
@@ -187,6 +242,10 @@ void Residency::drop(ExpertKey k, Plan& out) {
     policy_->on_erase(k);
   } else {
     ring_remove(s);
+  }
+  if (prefetched_[k]) {
+    prefetched_[k] = 0;
+    ++out.prefetch_wasted;
   }
   spill(k, s, out);
   state_[k] = State::Absent;
@@ -223,11 +282,100 @@ void Residency::spill(ExpertKey k, int32_t slot, Plan& out) {
 
 void Residency::ring_remove(int32_t slot) { ring_.erase(ring_pos_[slot]); }
 
-void Residency::commit(const Plan&) {}
+// A dry run of plan(keys, phase)'s placement with today's lock (the batch
+// only), checking that no victim it picks is held or Loading. Victims are
+// found as plan() finds them: the policy's order (the Policy contract:
+// on_use/on_insert/on_erase of a key move only that key, so the batch's own
+// uses do not reorder the others) and the ring from its least recent end.
+bool Residency::fits(std::span<const ExpertKey> keys, Phase phase) const {
+  if (keys.size() > max_batch()) return false;
+  std::vector<ExpertKey> batch(keys.begin(), keys.end());
+  std::sort(batch.begin(), batch.end());
+  if (std::adjacent_find(batch.begin(), batch.end()) != batch.end()) return false;
+  if (!batch.empty() && batch.back() >= cfg_.num_keys) return false;
+  auto in_batch = [&](ExpertKey k) { return std::binary_search(batch.begin(), batch.end(), k); };
+  std::vector<ExpertKey> gone;  // victims picked so far
+  auto is_gone = [&](ExpertKey k) { return std::find(gone.begin(), gone.end(), k) != gone.end(); };
+  auto held = [&](int32_t s) { return refs_[size_t(s)] > 0 || loading_[size_t(s)]; };
+  const bool ring_rule = phase == Phase::Prefill && cfg_.transient_slots > 0;
+  size_t hot = hot_count_, ring = ring_.size();
+  auto ring_it = ring_.begin();
+  auto hot_room = [&]() {
+    if (hot < cfg_.hot_slots) return true;
+    auto v = policy_->victim([&](ExpertKey k) { return in_batch(k) || is_gone(k); });
+    if (!v || held(slot_of_[*v])) return false;
+    gone.push_back(*v);
+    --hot;
+    return true;
+  };
+  for (ExpertKey k : keys) {
+    if (state_[k] == State::Hot) continue;
+    if (state_[k] == State::Transient) {
+      if (ring_rule) continue;
+      if (!hot_room()) return false;  // promotion
+      --ring;
+      ++hot;
+      continue;
+    }
+    if (!ring_rule || hot < cfg_.hot_slots) {
+      if (!hot_room()) return false;
+      ++hot;
+      continue;
+    }
+    if (ring < cfg_.transient_slots) {
+      ++ring;
+      continue;
+    }
+    while (ring_it != ring_.end() && in_batch(ExpertKey(key_of_[*ring_it]))) ++ring_it;
+    if (ring_it == ring_.end() || held(*ring_it)) return false;
+    ++ring_it;  // recycled: the miss takes it
+  }
+  return true;
+}
+
+PrefetchSkips Residency::prefetch(std::span<const ExpertKey> keys, Phase phase, size_t limit,
+                                  Plan& out) {
+  out.clear(phase);
+  PrefetchSkips skips;
+  ++gen_;
+  for (ExpertKey k : keys) {
+    check(k < cfg_.num_keys, "expert arena: prefetch of key {} out of range", k);
+    if (key_gen_[k] == gen_) continue;  // named twice
+    key_gen_[k] = gen_;
+    if (state_[k] != State::Absent) {
+      ++skips.redundant;
+      continue;
+    }
+    PlanStep st;
+    st.key = k;
+    if (!find_host(k, st)) st.found = Tier::Storage;  // lock its host copy before any spill
+    st.hot = phase == Phase::Decode || cfg_.transient_slots == 0 || hot_count_ < cfg_.hot_slots;
+    int32_t s = -1;
+    if (out.steps.size() < limit) {
+      s = st.hot ? (try_hot_room(out) ? take_free() : -1) : try_ring_slot(out);
+    }
+    if (s < 0) {
+      ++skips.dropped;
+      continue;
+    }
+    occupy(st, s);
+    prefetched_[k] = 1;
+    out.steps.push_back(st);
+  }
+  return skips;
+}
+
+void Residency::commit(const Plan& p) {
+  for (const PlanStep& st : p.steps) {
+    if (st.loading && st.slot >= 0 && key_of_[st.slot] == int64_t(st.key)) loading_[st.slot] = 0;
+  }
+}
 
 void Residency::abort(const Plan& p) {
   for (const PlanStep& st : p.steps) {
-    if (!st.loading) continue;
+    if (!st.loading || st.slot < 0 || key_of_[st.slot] != int64_t(st.key) || !loading_[st.slot])
+      continue;
+    check(refs_[st.slot] == 0, "expert arena: abort of a held plan (release it first)");
     ExpertKey k = st.key;
     if (state_[k] == State::Hot) {
       --hot_count_;
@@ -237,8 +385,25 @@ void Residency::abort(const Plan& p) {
     }
     state_[k] = State::Absent;
     slot_of_[k] = -1;
+    prefetched_[k] = 0;
     key_of_[st.slot] = -1;
+    loading_[st.slot] = 0;
     free_.push_back(st.slot);
+  }
+}
+
+void Residency::hold(const Plan& p) {
+  for (const PlanStep& st : p.steps) {
+    if (st.slot < 0) continue;
+    if (refs_[st.slot]++ == 0) ++held_slots_;
+  }
+}
+
+void Residency::release(const Plan& p) {
+  for (const PlanStep& st : p.steps) {
+    if (st.slot < 0) continue;
+    check(refs_[st.slot] > 0, "expert arena: release of slot {} that is not held", st.slot);
+    if (--refs_[st.slot] == 0) --held_slots_;
   }
 }
 

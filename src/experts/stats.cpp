@@ -13,6 +13,7 @@ LayerCounters& LayerCounters::operator+=(const LayerCounters& o) {
   hits_hot += o.hits_hot;
   hits_transient += o.hits_transient;
   hits_host += o.hits_host;
+  hits_loading += o.hits_loading;
   misses += o.misses;
   read_bytes += o.read_bytes;
   hot_evictions += o.hot_evictions;
@@ -36,7 +37,10 @@ void appendln(std::string& s, fmt::format_string<A...> f, A&&... a) {
 nlohmann::json LayerCounters::to_json() const {
   nlohmann::json j;
   j["uses"] = uses;
-  j["hits"] = {{"hot", hits_hot}, {"transient", hits_transient}, {"host", hits_host}};
+  j["hits"] = {{"hot", hits_hot},
+               {"transient", hits_transient},
+               {"host", hits_host},
+               {"loading", hits_loading}};
   j["misses"] = misses;
   j["hit_rate"] = share(hits(), uses);
   j["reads"] = {{"count", misses}, {"bytes", read_bytes}};
@@ -46,6 +50,22 @@ nlohmann::json LayerCounters::to_json() const {
   j["all_hit_share"] = steps ? nlohmann::json(share(all_hit_steps, steps)) : nlohmann::json();
   j["stall_s"] = double(stall_ns) * 1e-9;
   return j;
+}
+
+nlohmann::json PrefetchCounters::to_json() const {
+  return {{"hints", hints},
+          {"redundant", redundant},
+          {"dropped", dropped},
+          {"issued", issued},
+          {"read_bytes", read_bytes},
+          {"used", used},
+          {"late", late},
+          {"wasted", wasted},
+          {"failed", failed},
+          {"accuracy", issued ? nlohmann::json(share(used, issued)) : nlohmann::json()},
+          {"load_s", double(load_ns) * 1e-9},
+          {"wait_s", double(wait_ns) * 1e-9},
+          {"stall_saved_s", double(saved_ns()) * 1e-9}};
 }
 
 LayerCounters ExpertStats::total() const {
@@ -60,6 +80,12 @@ void ExpertStats::record(int64_t layer, const Plan& p,
   LayerCounters& c = layers[size_t(layer)];
   for (const PlanStep& st : p.steps) {
     ++c.uses;
+    prefetch.used += st.prefetched;
+    prefetch.late += st.prefetched && st.in_flight;
+    if (st.in_flight) {
+      ++c.hits_loading;
+      continue;
+    }
     switch (st.found) {
       case Tier::Hot:
         ++c.hits_hot;
@@ -78,6 +104,23 @@ void ExpertStats::record(int64_t layer, const Plan& p,
   }
   c.hot_evictions += p.hot_evictions;
   c.ring_evictions += p.ring_evictions;
+  prefetch.wasted += p.prefetch_wasted;
+}
+
+void ExpertStats::record_prefetch(int64_t layer, uint64_t hints, const Plan& p,
+                                  const PrefetchSkips& skips,
+                                  const std::function<uint64_t(ExpertKey)>& bytes_of) {
+  check(layer >= 0 && size_t(layer) < layers.size(), "expert stats: layer {} out of range", layer);
+  LayerCounters& c = layers[size_t(layer)];
+  c.hot_evictions += p.hot_evictions;
+  c.ring_evictions += p.ring_evictions;
+  prefetch.wasted += p.prefetch_wasted;
+  prefetch.hints += hints;
+  prefetch.redundant += skips.redundant;
+  prefetch.dropped += skips.dropped;
+  prefetch.issued += p.steps.size();
+  for (const PlanStep& st : p.steps)
+    if (st.found == Tier::Storage) prefetch.read_bytes += bytes_of(st.key);
 }
 
 void ExpertStats::record_step(int64_t layer, bool all_hit) {
@@ -101,7 +144,8 @@ void ExpertStats::sample_process_io() {
 void ExpertStats::reset_counters() {
   for (auto& l : layers) l = LayerCounters{};
   read_requests = aligned_read_bytes = direct_reads = buffered_reads = 0;
-  host_copy_bytes = validate_ns = failed_acquires = 0;
+  host_copy_bytes = validate_ns = failed_acquires = overlapped_submits = 0;
+  prefetch = PrefetchCounters{};
   last_error.clear();
   start_process_io();
 }
@@ -135,8 +179,10 @@ nlohmann::json ExpertStats::to_json() const {
              {"fallback_notes", fallback_notes},
              {"host_copy_bytes", host_copy_bytes},
              {"validate_s", double(validate_ns) * 1e-9},
+             {"overlapped_submits", overlapped_submits},
              {"process_read_bytes",
               process_io_ok ? nlohmann::json(process_read_bytes) : nlohmann::json()}};
+  j["prefetch"] = prefetch.to_json();
   j["errors"] = {{"failed_acquires", failed_acquires}, {"last_error", last_error}};
   return j;
 }
@@ -150,8 +196,10 @@ std::string ExpertStats::format() const {
            "experts in the model, {} pinned",
            hot_slots, transient_slots, format_bytes(slot_bytes), format_bytes(expert_bytes),
            host_slots, total_experts, pinned);
-  appendln(s, "  uses {}  hits: hot {} transient {} host {}  misses {}  hit rate {:.1f}%", t.uses,
-           t.hits_hot, t.hits_transient, t.hits_host, t.misses, 100 * share(t.hits(), t.uses));
+  appendln(s, "  uses {}  hits: hot {} transient {} host {}{}  misses {}  hit rate {:.1f}%", t.uses,
+           t.hits_hot, t.hits_transient, t.hits_host,
+           t.hits_loading ? fmt::format(" loading {}", t.hits_loading) : std::string(), t.misses,
+           100 * share(t.hits(), t.uses));
   appendln(s,
            "  reads: {} experts, {} logical; {} requested (aligned, {} requests); process read {}",
            t.misses, format_bytes(t.read_bytes), format_bytes(aligned_read_bytes), read_requests,
@@ -163,6 +211,14 @@ std::string ExpertStats::format() const {
   if (buffered_reads || fallback_files) {
     appendln(s, "  buffered reads {} (O_DIRECT refused on {} shard(s))", buffered_reads,
              fallback_files);
+  }
+  if (prefetch.hints) {
+    const PrefetchCounters& f = prefetch;
+    appendln(s,
+             "  prefetch: {} hints, {} loads ({} read), used {} (late {}), wasted {}, failed {}; "
+             "waited {:.3f} s, saved ~{:.3f} s",
+             f.hints, f.issued, format_bytes(f.read_bytes), f.used, f.late, f.wasted, f.failed,
+             double(f.wait_ns) * 1e-9, double(f.saved_ns()) * 1e-9);
   }
   if (failed_acquires) appendln(s, "  failed acquires {}: {}", failed_acquires, last_error);
   appendln(s, "  {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8}", "layer", "uses", "hot", "trans",

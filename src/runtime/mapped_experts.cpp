@@ -47,6 +47,9 @@ MappedExperts::MappedExperts(const Checkpoint& ck, const ModelSpec& spec, int64_
   }
 }
 
+MappedExperts::MappedExperts(std::vector<std::vector<ExpertView>> views, int64_t num_experts)
+    : num_experts_(num_experts), max_batch_(num_experts), views_(std::move(views)) {}
+
 const ExpertView& MappedExperts::view(int64_t layer, int32_t expert) const {
   check(layer >= 0 && layer < int64_t(views_.size()) && !views_[size_t(layer)].empty(),
         "mapped experts: layer {} is not a MoE layer", layer);
@@ -55,15 +58,39 @@ const ExpertView& MappedExperts::view(int64_t layer, int32_t expert) const {
   return views_[size_t(layer)][size_t(expert)];
 }
 
-void MappedExperts::acquire(int64_t layer, std::span<const int32_t> ids, Phase,
-                            std::vector<ExpertView>& views) {
+Ticket MappedExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase) {
   check(int64_t(ids.size()) <= max_batch_,
         "mapped experts: layer {}: {} experts asked in one acquire, max_batch is {}", layer,
         ids.size(), max_batch_);
-  views.clear();
-  for (int32_t id : ids) view(layer, id);  // validate all before filling any
-  for (int32_t id : ids) views.push_back(view(layer, id));
+  for (int32_t id : ids) view(layer, id);  // validate all before taking a ticket
+  uint32_t i;
+  if (!free_.empty()) {
+    i = free_.back();
+    free_.pop_back();
+  } else {
+    i = uint32_t(open_.size());
+    open_.emplace_back();
+  }
+  Open& o = open_[i];
+  ++o.gen;
+  o.open = true;
+  o.views.clear();
+  for (int32_t id : ids) o.views.push_back(view(layer, id));
   ++acquire_calls_;
+  return Ticket{i, o.gen};
+}
+
+MappedExperts::Open& MappedExperts::open(Ticket t) {
+  check(t.index < open_.size() && open_[t.index].open && open_[t.index].gen == t.gen,
+        "mapped experts: unknown or released ticket");
+  return open_[t.index];
+}
+
+void MappedExperts::wait(Ticket t, std::vector<ExpertView>& views) { views = open(t).views; }
+
+void MappedExperts::release(Ticket t) {
+  open(t).open = false;
+  free_.push_back(t.index);
 }
 
 }  // namespace moetier

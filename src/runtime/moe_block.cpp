@@ -17,41 +17,68 @@ void check_expert(const ExpertView& v, int64_t layer, int32_t id, int64_t h, int
         in, h, h, in);
 }
 
+// The pairs [offsets[b0], offsets[b0 + cnt]) of experts b0 .. b0 + cnt - 1 on the backend.
+void run_batch(Backend& be, const MoeBlock& b, const ExpertGroups& g,
+               std::span<const float> weights, size_t b0, std::span<const int32_t> ids,
+               const std::vector<ExpertView>& views) {
+  const size_t cnt = ids.size();
+  check(views.size() == cnt, "layer {}: expert provider returned {} views for {} experts", b.layer,
+        views.size(), cnt);
+  for (size_t i = 0; i < cnt; ++i)
+    check_expert(views[i], b.layer, ids[i], b.hidden, b.intermediate);
+  const int64_t p0 = g.offsets[b0];
+  std::vector<int64_t> offsets(g.offsets.begin() + int64_t(b0),
+                               g.offsets.begin() + int64_t(b0 + cnt + 1));  // [cnt + 1]
+  for (int64_t& o : offsets) o -= p0;
+  ExpertBatch eb;
+  eb.experts = views;
+  eb.offsets = offsets;
+  eb.tokens = std::span<const int64_t>(g.tokens).subspan(size_t(p0), size_t(offsets.back()));
+  eb.weights = weights.subspan(size_t(p0), size_t(offsets.back()));
+  eb.x = b.x;
+  eb.n = b.routing->n_tokens;
+  eb.hidden = b.hidden;
+  eb.intermediate = b.intermediate;
+  eb.out = b.out;
+  be.expert_batch(eb);
+}
+
 }  // namespace
 
+// Batch i is computed while batch i + 1 is read, when the provider says the
+// next submit decides as it would with batch i released (can_overlap);
+// otherwise batch i is released first, as a synchronous acquire would.
 void run_moe_block(Backend& be, ExpertProvider& experts, const MoeBlock& b) {
   const Routing& r = *b.routing;
   const ExpertGroups g = group_by_expert(r);
   be.fill_zero(b.out, r.n_tokens * b.hidden);
   const int64_t batch = experts.max_batch();
   check(batch >= 1, "layer {}: expert provider max_batch() is {}", b.layer, batch);
-  std::vector<ExpertView> views;
-  std::vector<int64_t> offsets;
   std::vector<float> weights(g.tokens.size());  // [pairs] routing weight of each pair
   for (size_t p = 0; p < g.tokens.size(); ++p)
     weights[p] = r.weights[size_t(g.tokens[p] * r.k + g.slots[p])];
+  auto ids_of = [&](size_t b0) {
+    return std::span<const int32_t>(g.ids.data() + b0, std::min(g.ids.size() - b0, size_t(batch)));
+  };
+  std::vector<ExpertView> views;
+  TicketGuard cur, next;  // batch i (being computed) and batch i + 1 (being read)
+  if (!g.ids.empty()) cur.reset(&experts, experts.submit(b.layer, ids_of(0), b.phase));
   for (size_t b0 = 0; b0 < g.ids.size(); b0 += size_t(batch)) {
-    const size_t cnt = std::min(g.ids.size() - b0, size_t(batch));
-    std::span<const int32_t> ids(g.ids.data() + b0, cnt);
-    experts.acquire(b.layer, ids, b.phase, views);
-    check(views.size() == cnt, "layer {}: expert provider returned {} views for {} experts",
-          b.layer, views.size(), cnt);
-    for (size_t i = 0; i < cnt; ++i)
-      check_expert(views[i], b.layer, ids[i], b.hidden, b.intermediate);
-    const int64_t p0 = g.offsets[b0];
-    offsets.assign(g.offsets.begin() + int64_t(b0), g.offsets.begin() + int64_t(b0 + cnt + 1));
-    for (int64_t& o : offsets) o -= p0;
-    ExpertBatch eb;
-    eb.experts = views;
-    eb.offsets = offsets;
-    eb.tokens = std::span<const int64_t>(g.tokens).subspan(size_t(p0), size_t(offsets.back()));
-    eb.weights = std::span<const float>(weights).subspan(size_t(p0), size_t(offsets.back()));
-    eb.x = b.x;
-    eb.n = r.n_tokens;
-    eb.hidden = b.hidden;
-    eb.intermediate = b.intermediate;
-    eb.out = b.out;
-    be.expert_batch(eb);
+    const std::span<const int32_t> ids = ids_of(b0);
+    const size_t n0 = b0 + ids.size();  // first expert of the next batch
+    try {
+      experts.wait(cur.get(), views);
+    } catch (...) {
+      cur.take();  // a failed wait finished the ticket
+      throw;
+    }
+    if (n0 < g.ids.size() && experts.can_overlap(b.layer, ids_of(n0), b.phase))
+      next.reset(&experts, experts.submit(b.layer, ids_of(n0), b.phase));
+    run_batch(be, b, g, weights, b0, ids, views);
+    cur.reset();  // batch i's experts may go
+    if (n0 < g.ids.size() && !next.get().valid())
+      next.reset(&experts, experts.submit(b.layer, ids_of(n0), b.phase));
+    cur.reset(&experts, next.take());
   }
   experts.note_routing(b.layer, r.experts, r.k);  // accounting (all-k-hit share)
 }

@@ -1,8 +1,12 @@
 // The routed experts of one MoE layer over a chunk, whatever the
 // architecture: tokens are grouped by expert (runtime/routing.h), the distinct
-// experts are acquired from the ExpertProvider at most max_batch() at a time
+// experts are requested from the ExpertProvider at most max_batch() at a time
 // in ascending id order, and each batch runs on the backend
-// (Backend::expert_batch):
+// (Backend::expert_batch). Reads overlap compute: batch i + 1 is submitted
+// before batch i is computed when the provider's can_overlap() says that
+// changes none of its decisions; otherwise batch i is released first (the
+// order a synchronous acquire gives). At most two tickets are open.
+//
 //   out[t] = sum over t's experts e, ascending: w(t, e) * down(silu(gate x_t) * up x_t)
 // Ascending expert order is transformers' index_add_ order, so every token's
 // sum has the reference's order whatever the batching. After the acquires,

@@ -133,7 +133,7 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<Checkpoint> ck, const Engin
   }
   ExpertOptions eo = opt.experts;
   std::string summary;
-  auto p = make_expert_provider(*e->ck_, spec, eo, &e->stats_, &summary);
+  auto p = make_expert_provider(*e->ck_, spec, eo, &e->stats_, &summary, e->backend_.get());
   if (log && !eo.quiet) log->push_back(summary);
   e->experts_ = std::move(p);
   return e;

@@ -10,8 +10,12 @@
 //
 // Protocol: an Engine and its sessions are driven from one thread (the
 // provider and the backend are single-caller, see experts/provider.h and
-// backend/backend.h); sessions may interleave freely on that thread. A
-// Session must not outlive its Engine.
+// backend/backend.h); sessions may interleave freely on that thread. They
+// share resident experts: a step pins the experts it computes with (reference
+// counts, released before the step returns), so one session's step never
+// evicts what another holds. The arena's memory comes from the engine's
+// backend (device slots when it is not the host). A Session must not outlive
+// its Engine.
 #pragma once
 
 #include <cstdint>

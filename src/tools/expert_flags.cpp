@@ -8,6 +8,10 @@ namespace moetier::tools {
 
 void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
   const char* g = "Expert memory";
+  // The library never prints; the CLI shows its notes (an O_DIRECT fallback).
+  o.note = [](const std::string& line) {
+    std::fprintf(stderr, "moetier: note: %s\n", line.c_str());
+  };
   cmd.add_option("--arena", o.arena,
                  "Hot expert slots as bytes (8GiB, 500MB) or a share of all experts (25%); "
                  "default: half of MemAvailable")
