@@ -3,8 +3,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace moetier::tools {
@@ -12,6 +12,8 @@ namespace moetier::tools {
 // setup(app) adds a subcommand to app and its callback (which may throw Error).
 using CommandSetup = std::function<void(CLI::App&)>;
 std::vector<CommandSetup>& command_registry();
+// The process's command line (argv joined by spaces), for results that record it.
+std::string& command_line();
 
 struct Registrar {
   explicit Registrar(CommandSetup s) { command_registry().push_back(std::move(s)); }

@@ -1,0 +1,204 @@
+// moetier bench DIR [--workload code,prose,random-8k | --prompt-tokens N --gen N]
+//   [--runs N] [--name ARM] [--json FILE [--append]] [--no-probe] [--no-drop-cache]
+//   [--threads T] [--ctx N] [--seed S] [--backend cpu|cuda] [expert flags]
+//
+// Measures one arm (this engine configuration) on the workloads
+// (bench/workloads.h) and writes the moetier-bench/1 JSON of
+// docs/bench-format.md; --append adds the arm to an existing file (arms of
+// other engines, e.g. llama.cpp, come from scripts/peers). One line per run
+// and a table go to stderr.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+
+#include "bench/bounds.h"
+#include "bench/runner.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "experts/index.h"
+#include "format/safetensors.h"
+#include "format/tokenizer.h"
+#include "kernels/cpu/cpu.h"
+#include "model/architecture.h"
+#include "runtime/session.h"
+#include "tools/command.h"
+#include "tools/context.h"
+#include "tools/expert_flags.h"
+
+namespace moetier::tools {
+namespace {
+
+using nlohmann::json;
+
+struct BenchArgs {
+  std::string dir, workloads = "code,prose,random-8k", name, json_path;
+  int64_t prompt_tokens = 0, gen = 0, ctx = 0;
+  int runs = 3, threads = 0;
+  uint32_t seed = 1;
+  bool append = false, no_probe = false, no_drop = false;
+  EngineOptions engine;
+  std::string argv;
+};
+
+std::vector<Workload> pick_workloads(const BenchArgs& a) {
+  std::vector<Workload> w;
+  if (a.prompt_tokens > 0 || a.gen > 0) {
+    w.push_back(custom_workload(a.prompt_tokens, a.gen));
+    return w;
+  }
+  std::string s = a.workloads;
+  for (size_t p = 0; p <= s.size();) {
+    const size_t c = std::min(s.find(',', p), s.size());
+    if (c > p) w.push_back(workload(s.substr(p, c - p)));
+    p = c + 1;
+  }
+  check(!w.empty(), "--workload: no workload named");
+  return w;
+}
+
+std::string engine_flags(const BenchArgs& a) {
+  const ExpertOptions& e = a.engine.experts;
+  std::string f = "--backend " + a.engine.backend;
+  if (!e.arena.empty()) f += " --arena " + e.arena;
+  if (e.arena_experts >= 0) f += fmt::format(" --arena-experts {}", e.arena_experts);
+  if (!e.host_cache.empty()) f += " --host-cache " + e.host_cache;
+  if (e.transient >= 0) f += fmt::format(" --transient {}", e.transient);
+  if (e.mapped) f += " --mapped";
+  if (e.policy != "lru") f += " --policy " + e.policy;
+  if (a.threads > 0) f += fmt::format(" --threads {}", a.threads);
+  return f;
+}
+
+Bounds probe(Engine& e, const ExpertIndex& index, bool storage) {
+  Bounds b;
+  std::fprintf(stderr, "moetier: bench: measuring the machine's bounds\n");
+  b.device_copy = probe_device_copy(e.backend());
+  b.host_to_device = probe_host_to_device(e.backend());
+  b.tensor_flops = probe_tensor_flops(e.backend());
+  if (storage) b.storage = probe_storage(e.checkpoint(), index);
+  return b;
+}
+
+json memory_json(const Engine& e, const ModelBytes& mb) {
+  const ExpertStats& s = const_cast<Engine&>(e).stats();
+  json m = {{"core_bytes", mb.core}};
+  if (e.mapped()) {
+    m["arena_bytes"] = mb.experts;
+  } else {
+    m["arena_bytes"] = (s.hot_slots + s.transient_slots) * s.slot_bytes;
+    m["host_tier_bytes"] = s.host_slots * s.slot_bytes;
+  }
+  m["device_total_bytes"] = e.backend().device_memory();
+  return m;
+}
+
+json model_json(const Engine& e, const ModelBytes& mb, const std::string& dir) {
+  const ModelSpec& s = e.spec();
+  json m = mb.to_json();
+  m["dir"] = dir;
+  m["architecture"] = std::string(s.arch->name());
+  m["layers"] = s.num_layers;
+  m["experts_per_layer"] = s.num_experts;
+  m["top_k"] = s.experts_per_token;
+  return m;
+}
+
+void print_table(const json& arm) {
+  std::fprintf(stderr, "%-20s %8s %8s %12s %12s %10s %10s\n", "workload", "prompt", "gen",
+               "prompt tok/s", "decode tok/s", "ttft s", "of bound");
+  for (const json& w : arm["workloads"]) {
+    const json& m = w["median"];
+    const double f =
+        w.contains("fraction_of_bound") ? w["fraction_of_bound"].value("decode_tps", 0.0) : 0.0;
+    std::fprintf(stderr, "%-20s %8lld %8lld %12.1f %12.2f %10.3f %9.1f%%\n",
+                 w["name"].get<std::string>().c_str(), w["prompt_tokens"].get<long long>(),
+                 w["gen_tokens"].get<long long>(), m.value("prompt_tps", 0.0),
+                 m.value("decode_tps", 0.0), m.value("ttft_s", 0.0), 100 * f);
+  }
+}
+
+json result_file(const BenchArgs& a, const json& machine, const json& bounds) {
+  if (a.append && std::filesystem::exists(a.json_path)) {
+    std::ifstream f(a.json_path);
+    json j = json::parse(f, nullptr, false);
+    check(!j.is_discarded() && j.value("schema", "") == "moetier-bench/1",
+          "{}: not a moetier-bench/1 file (--append)", a.json_path);
+    return j;
+  }
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return {{"schema", "moetier-bench/1"}, {"command", a.argv},
+          {"commit", build_commit()},    {"started", when},
+          {"machine", machine},          {"bounds", bounds},
+          {"arms", json::array()}};
+}
+
+void bench(const BenchArgs& a) {
+  check(a.runs >= 1, "--runs: {} must be at least 1", a.runs);
+  const std::vector<Workload> workloads = pick_workloads(a);
+  if (a.threads > 0) cpu::set_threads(a.threads);
+  std::vector<std::string> log;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e = Engine::open(a.dir, a.engine, &log);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& line : log) std::fprintf(stderr, "moetier: %s\n", line.c_str());
+  const ContextLimit lim = context_limit(a.ctx, e->spec(), a.dir);
+  std::optional<Tokenizer> tok;
+  if (std::filesystem::exists(std::filesystem::path(a.dir) / "tokenizer.json"))
+    tok.emplace(Tokenizer::load(a.dir));
+  const ExpertIndex index = ExpertIndex::build(e->checkpoint(), e->spec());
+  const ModelBytes mb = model_bytes(e->checkpoint(), e->spec(), index);
+  const Bounds b = a.no_probe ? Bounds{} : probe(*e, index, !e->mapped());
+  ArmOptions opt;
+  opt.flags = engine_flags(a);
+  opt.name = a.name.empty() ? "moetier " + opt.flags : a.name;
+  opt.workloads = workloads;
+  opt.runs = a.runs;
+  opt.seed = a.seed;
+  opt.drop_page_cache = !a.no_drop;
+  opt.on_result = [](const std::string& l) { std::fprintf(stderr, "moetier: %s\n", l.c_str()); };
+  json arm = run_arm(*e, tok ? &*tok : nullptr, opt, mb, b, lim.tokens);
+  arm["model"] = model_json(*e, mb, a.dir);
+  arm["memory"] = memory_json(*e, mb);
+  arm["load_s"] = load_s;
+  arm["bounds"] = b.to_json();
+  if (!e->mapped()) arm["expert_stats"] = e->stats().to_json();
+  print_table(arm);
+  if (a.json_path.empty()) return;
+  json out =
+      result_file(a, machine_json(e->backend().name(), e->backend().device_memory()), b.to_json());
+  out["arms"].push_back(std::move(arm));
+  write_file_atomic(a.json_path, out.dump(2) + "\n");
+}
+
+const Registrar reg([](CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure TTFT, prompt and decode speed per workload");
+  cmd->add_option("dir", a->dir, "Checkpoint directory")->required();
+  cmd->add_option(
+      "--workload", a->workloads,
+      "Comma-separated workloads: " + workload_names() + " (default code,prose,random-8k)");
+  cmd->add_option("--prompt-tokens", a->prompt_tokens, "A custom random prompt of N tokens");
+  cmd->add_option("--gen", a->gen, "Tokens to generate in the custom workload");
+  cmd->add_option("--runs", a->runs, "Runs per workload (default 3; the first run is cold)");
+  cmd->add_option("--name", a->name, "The arm's label in the results");
+  cmd->add_option("--json", a->json_path, "Write the results (moetier-bench/1) to FILE");
+  cmd->add_flag("--append", a->append, "Add this arm to the arms already in --json FILE");
+  cmd->add_flag("--no-probe", a->no_probe, "Do not measure the machine's bounds");
+  cmd->add_flag("--no-drop-cache", a->no_drop, "Keep the page cache before the cold run");
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: MOETIER_THREADS or all)");
+  cmd->add_option("--seed", a->seed, "Seed of random prompts (default 1)");
+  add_ctx_option(*cmd, a->ctx);
+  add_engine_options(*cmd, a->engine);
+  cmd->callback([a] {
+    a->argv = command_line();
+    bench(*a);
+  });
+});
+
+}  // namespace
+}  // namespace moetier::tools
