@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine: build with CUDA (sm_90), run the `cuda` tests and the
-# golden test, the op benchmark, and moetier-tiny on the GPU. Logs and JSON go
-# to $OUT. Usage: scripts/device_cuda.sh [build|test|bench|all]...
+# golden test, the op benchmark, and moetier-tiny on the GPU; synthesize a
+# Qwen3-30B-A3B-shaped checkpoint and benchmark moetier on it (all resident,
+# 8K prefill, a 28% arena backed by the host tier and by storage); build
+# llama.cpp (CUDA, from .carry/llama-src.tar.xz) in the background, convert the
+# checkpoint to GGUF and run llama-bench all on the GPU and with experts in
+# host RAM. Logs and JSON go to $OUT.
+# Usage: scripts/device_cuda.sh [build|test|bench|llama_build|q30|bench30|llama30|all]...
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -37,6 +42,49 @@ step_bench() {
     ./$B/src/tools/moetier run models/moetier-tiny --backend $be --prompt "$P" -n 200 --temp 0 \
       --ignore-eos --ctx 512 2>&1 >/dev/null | tail -2
   done
+}
+Q30=${Q30:-/tmp/q30}
+M=./$B/src/tools/moetier
+LB=/tmp/llama-build
+step_llama_build() {  # in the background: llama.cpp's CUDA build (llama-bench only)
+  rm -rf /tmp/llama.cpp && tar -xJf .carry/llama-src.tar.xz -C /tmp
+  (t0=$SECONDS; NICE=5 JOBS=${LLAMA_JOBS:-12} bash /tmp/llama.cpp/llama.cpp.sh build-cuda \
+     --src /tmp/llama.cpp --build $LB --target llama-bench >"$OUT/llama-build.log" 2>&1
+   echo "llama.cpp build rc $? in $((SECONDS - t0)) s" >>"$OUT/llama-build.log") &
+}
+step_q30() {
+  local t0=$SECONDS
+  [ -f $Q30/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers ${Q30_LAYERS:-48} \
+    --tokenizer tests/data/external/qwen3 -o $Q30 2>&1 | tail -2
+  echo "synth: $((SECONDS - t0)) s"; du -sh $Q30
+  (/usr/bin/python3 -c 'import numpy' 2>/dev/null || true
+   bash /tmp/llama.cpp/llama.cpp.sh convert $Q30 /tmp/q30.gguf >"$OUT/convert.log" 2>&1
+   echo "convert rc $?" >>"$OUT/convert.log") &
+  CONVERT_PID=$!
+}
+bench_arm() {  # bench_arm NAME ARGS...
+  local name=$1; shift
+  timeout ${ARM_TIMEOUT:-120} $M bench $Q30 --backend cuda --name "$name" --json "$OUT/q30.json" \
+    --append --ctx 8448 "$@" 2>&1 | grep -vE "^moetier: (warning|bench: meas)" | tail -6
+}
+step_bench30() {
+  bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 3
+  bench_arm "moetier cuda all resident, 8K prefill" --prompt-tokens 8192 --gen 2 --runs 2
+  bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
+    --arena 28% --host-cache 17GiB
+  bench_arm "moetier cuda arena 28%, storage" --prompt-tokens 256 --gen 64 --runs 2 --arena 28%
+}
+step_llama30() {
+  wait $CONVERT_PID 2>/dev/null; tail -3 "$OUT/convert.log"
+  local t0=$SECONDS
+  while [ ! -x $LB/bin/llama-bench ] && ! grep -q "build rc" "$OUT/llama-build.log" 2>/dev/null &&
+    [ $((SECONDS - t0)) -lt ${LLAMA_WAIT:-240} ]; do sleep 5; done
+  tail -2 "$OUT/llama-build.log"
+  [ -x $LB/bin/llama-bench ] && [ -f /tmp/q30.gguf ] || return 0
+  timeout 120 $LB/bin/llama-bench -m /tmp/q30.gguf -p 256 -n 128 -ngl 99 -r 3 -o json \
+    >"$OUT/llama-gpu.json" 2>"$OUT/llama-gpu.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-gpu.json"
+  timeout 150 $LB/bin/llama-bench -m /tmp/q30.gguf -p 256 -n 64 -ngl 99 -ot exps=CPU -t 16 -r 2 -o json \
+    >"$OUT/llama-cpumoe.json" 2>"$OUT/llama-cpumoe.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-cpumoe.json"
 }
 steps="${*:-all}"
 [ "$steps" = all ] && steps="build test bench"
