@@ -48,6 +48,7 @@ M=./$B/src/tools/moetier
 LB=/tmp/llama-build
 step_llama_build() {  # in the background: llama.cpp's CUDA build (llama-bench only)
   rm -rf /tmp/llama.cpp && tar -xJf .carry/llama-src.tar.xz -C /tmp
+  cp scripts/peers/moetier_to_gguf.py /tmp/llama.cpp/  # the repository's copy is newer
   (t0=$SECONDS; NICE=5 JOBS=${LLAMA_JOBS:-12} bash /tmp/llama.cpp/llama.cpp.sh build-cuda \
      --src /tmp/llama.cpp --build $LB --target llama-bench >"$OUT/llama-build.log" 2>&1
    echo "llama.cpp build rc $? in $((SECONDS - t0)) s" >>"$OUT/llama-build.log") &
@@ -73,6 +74,25 @@ step_bench30() {
   bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
     --arena 28% --host-cache 17GiB
   bench_arm "moetier cuda arena 28%, storage" --prompt-tokens 256 --gen 64 --runs 2 --arena 28%
+}
+step_ab30() {  # the decode kernels against the legacy ones, prefill at 256 and 8K
+  bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+  MOETIER_CUDA_DECODE=legacy bench_arm "moetier cuda all resident, legacy decode kernels" \
+    --prompt-tokens 256 --gen 128 --runs 2
+  bench_arm "moetier cuda all resident, 8K prefill" --prompt-tokens 8192 --gen 2 --runs 1
+}
+step_profile() {  # kernel time per decode step and per 256-token prefill (nsys)
+  local nsys; nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  [ -n "$nsys" ] || { echo "no nsys"; return 0; }
+  for w in "256 2" "16 65"; do
+    set -- $w
+    timeout 150 $nsys profile -o /tmp/prof-$1 --force-overwrite true -t cuda $M bench $Q30 \
+      --backend cuda --prompt-tokens $1 --gen $2 --runs 1 --no-probe --ctx 8448 >/dev/null 2>&1
+    $nsys stats -q -r cuda_gpu_kern_sum -f csv -o /tmp/k-$1 /tmp/prof-$1.nsys-rep >/dev/null 2>&1
+    cp /tmp/k-$1*.csv "$OUT/" 2>/dev/null
+    echo "--- prompt $1 gen $2: kernels by total time"
+    cut -d, -f1-4,9 /tmp/k-$1*.csv 2>/dev/null | head -16
+  done
 }
 step_llama30() {
   wait $CONVERT_PID 2>/dev/null; tail -3 "$OUT/convert.log"

@@ -121,7 +121,8 @@ def read_checkpoint(d: Path) -> dict[str, STensor]:
         base = 8 + n
         size = p.stat().st_size
         for name, v in hdr.items():
-            if name == "__metadata__":
+            # padding tensors (docs/formats.md) align the next tensor; not weights
+            if name == "__metadata__" or name.startswith("__pad_"):
                 continue
             if v["dtype"] not in ST_DTYPES:
                 raise ConvertError(f"{fn}: {name}: dtype {v['dtype']} not supported")

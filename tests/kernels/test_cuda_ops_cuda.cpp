@@ -127,7 +127,10 @@ std::vector<MatmulCase> matmul_cases() {
   std::vector<MatmulCase> c;
   for (auto e :
        {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4, WeightEncoding::CB3})
-    for (auto [r, k] : {std::pair<int64_t, int64_t>{67, 160}, {9, 96}, {300, 512}, {5, 37}})
+    // 2051 x 2080: the two-row blocks of the decode GEMV (rows >= 2048), with
+    // an odd last block; 300 x 4128: more chunks than a block has threads.
+    for (auto [r, k] : {std::pair<int64_t, int64_t>{67, 160}, {9, 96}, {300, 512}, {5, 37},
+                        {2051, 2080}, {300, 4128}})
       for (int64_t n : {1, 3, 8, 11, 70}) {
         if (e == WeightEncoding::MXFP4 && k % 32) continue;
         c.push_back({e, r, k, n});
@@ -236,7 +239,7 @@ TEST(CudaOps, ExpertBatchAndResidentExpertsMatchCpu) {
   Fixture f;
   std::mt19937 rng(11);
   const int64_t H = 96, I = 64;
-  for (int64_t n : {40, 80})
+  for (int64_t n : {40, 80})  // (H, I) = (96, 64): a width that is not a multiple of the tiles
     for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4, WeightEncoding::F32}) {
       std::vector<std::unique_ptr<HostMatrix>> mats;
       std::vector<ExpertView> host, dev;

@@ -50,6 +50,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
   const char* pf = std::getenv("MOETIER_CUDA_PREFILL");
   f32_prefill_ = pf && std::string(pf) == "f32";
+  // MOETIER_CUDA_DECODE=legacy: the warp-per-row GEMV and the four-launch MoE
+  // step instead of kernels/cuda/decode.cu (for A/B measurements).
+  const char* dk = std::getenv("MOETIER_CUDA_DECODE");
+  legacy_decode_ = dk && std::string(dk) == "legacy";
 }
 
 CudaBackend::~CudaBackend() {
@@ -229,6 +233,7 @@ void CudaBackend::graph_drop(int graph) {
 void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) {
   kernels::check_matview(w, "cuda matmul");
   if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, false);
+  if (n == 1 && !legacy_decode_ && cuda::gemv1(w, x, y, false, stream_)) return after("gemv1");
   for (int64_t t = 0; t < n; t += kGemvMax) {
     const int64_t m = std::min(kGemvMax, n - t);
     cuda::gemv(w, x + t * w.cols, m, y + t * w.rows, false, stream_), after("gemv");

@@ -173,6 +173,11 @@ void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weigh
   check(table >= 0 && size_t(table) < tables_.size() && k >= 1 && k <= 32,
         "cuda: resident experts table {} (of {}), top-{}", table, tables_.size(), k);
   const Table& t = tables_[size_t(table)];
+  float* h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));
+  if (!legacy_decode_ && cuda::moe_decode(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids,
+                                            weights, int(k), x, hidden, intermediate, h, out,
+                                            stream_))
+    return after("resident experts (fused)");
   cuda::fill_zero(out, hidden, stream_);
   void* prep = prep_.get(*this, cuda::expert_prep_bytes(k));
   cuda::ExpertLaunch l =
@@ -181,7 +186,7 @@ void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weigh
   l.hidden = hidden;
   l.inter = intermediate;
   l.x = x;
-  l.h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));
+  l.h = h;
   l.d = static_cast<float*>(d_.get(*this, size_t(k * hidden) * 4));
   l.out = out;
   l.vec_ok = t.vec;

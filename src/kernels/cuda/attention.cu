@@ -20,8 +20,8 @@ namespace moetier::cuda {
 namespace {
 
 constexpr int kWarpsA = 4;
-constexpr int64_t kSplit = 256;
-constexpr int64_t kMaxSplits = 128;
+constexpr int64_t kSplit = 128;
+constexpr int64_t kMaxSplits = 256;
 constexpr int kMaxD = 8;  // head_dim <= 256
 
 int64_t splits_for(int64_t n_q, int64_t positions) {

@@ -111,4 +111,16 @@ size_t expert_prep_bytes(int64_t k);
 ExpertLaunch prepare_decode_experts(const int32_t* ids, const float* weights, int64_t k,
                                     const ExpertPtrs* table, void* prep, cudaStream_t s);
 
+// Decode (kernels/cuda/decode.cu). gemv1: y [rows] (+)= w x for one token,
+// columns split over each block's threads; false (nothing launched) for cb3
+// or a weight the vector path cannot read. moe_decode: out [hidden] = the
+// weighted sum (ascending expert id) of the k experts ids[0..k) of `table`
+// (device [num_experts]) on x [hidden], h [k, inter] scratch; ids and weights
+// [k] on the device; false (nothing launched) where it does not apply (cb3,
+// unaligned pointers: vec false, widths not a multiple of the chunk, k > 32).
+bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s);
+bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
+                const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
+                float* h, float* out, cudaStream_t s);
+
 }  // namespace moetier::cuda
