@@ -81,6 +81,11 @@ step_ab30() {  # the decode kernels against the legacy ones, prefill at 256 and 
     --prompt-tokens 256 --gen 128 --runs 2
   bench_arm "moetier cuda all resident, 8K prefill" --prompt-tokens 8192 --gen 2 --runs 1
 }
+step_arena30() {  # a 28% arena backed by the host tier, and by storage only
+  bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
+    --arena 28% --host-cache 17GiB
+  bench_arm "moetier cuda arena 28%, storage" --prompt-tokens 256 --gen 64 --runs 2 --arena 28%
+}
 step_profile() {  # kernel time per decode step and per 256-token prefill (nsys)
   local nsys; nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
   [ -n "$nsys" ] || { echo "no nsys"; return 0; }
@@ -101,7 +106,7 @@ step_llama30() {
     [ $((SECONDS - t0)) -lt ${LLAMA_WAIT:-240} ]; do sleep 5; done
   tail -2 "$OUT/llama-build.log"
   [ -x $LB/bin/llama-bench ] && [ -f /tmp/q30.gguf ] || return 0
-  timeout 120 $LB/bin/llama-bench -m /tmp/q30.gguf -p 256 -n 128 -ngl 99 -r 3 -o json \
+  timeout 120 $LB/bin/llama-bench -m /tmp/q30.gguf -p 256,8192 -n 128 -ngl 99 -r 3 -o json \
     >"$OUT/llama-gpu.json" 2>"$OUT/llama-gpu.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-gpu.json"
   timeout 150 $LB/bin/llama-bench -m /tmp/q30.gguf -p 256 -n 64 -ngl 99 -ot exps=CPU -t 16 -r 2 -o json \
     >"$OUT/llama-cpumoe.json" 2>"$OUT/llama-cpumoe.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-cpumoe.json"

@@ -119,6 +119,36 @@ class Backend {
   virtual void kv_write(float* cache, const float* src, int64_t pos, int64_t row, int64_t n) {
     copy(cache + pos * row, src, size_t(n * row) * sizeof(float));
   }
+  // Fused steps. The defaults compose the ops above (so a backend that does
+  // not override them computes exactly what the separate calls compute); a
+  // device backend may do each in one launch.
+  // x [n, dim] += y; xn [n, dim] = rmsnorm(x) (the residual add and the next norm).
+  virtual void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim,
+                           float eps, float* xn) {
+    add(x, y, n * dim);
+    rmsnorm(x, w, n, dim, eps, xn);
+  }
+  // ys[i] [n, ws[i].rows] = x [n, cols] ws[i]^T, every ws[i] of the same cols
+  // (the q/k/v projections of one input).
+  virtual void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
+                            std::span<float* const> ys) {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(ws[i], x, n, ys[i]);
+  }
+  // Attention's per-head steps: q [n, nh, hd] and k [n, nkv, hd] normalized per
+  // head (q_norm / k_norm [hd]; null: no norm) and rotated (RoPE at positions
+  // pos..) in place, then k and v [n, nkv, hd] written to the caches
+  // [capacity, nkv * hd] at rows pos.. (the KV write).
+  virtual void qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
+                               const float* k_norm, int64_t n, int64_t nh, int64_t nkv,
+                               int64_t hd, float eps, int64_t pos, const float* inv_freq,
+                               float* k_cache, float* v_cache) {
+    if (q_norm) rmsnorm(q, q_norm, n * nh, hd, eps, q);
+    if (k_norm) rmsnorm(k, k_norm, n * nkv, hd, eps, k);
+    rope(q, n, nh, hd, pos, inv_freq);
+    rope(k, n, nkv, hd, pos, inv_freq);
+    kv_write(k_cache, k, pos, nkv * hd, n);
+    kv_write(v_cache, v, pos, nkv * hd, n);
+  }
   virtual void add(float* x, const float* y, int64_t n) = 0;                    // x += y
   virtual void add_rows(float* y, const float* b, int64_t n, int64_t dim) = 0;  // y[t] += b
   virtual void silu_mul(float* g, const float* u, int64_t n) = 0;               // g = silu(g) u

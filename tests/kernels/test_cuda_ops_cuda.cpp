@@ -179,6 +179,70 @@ TEST(CudaOps, ElementwiseNormRopeMatchCpu) {
   EXPECT_LE(rel_err(f.down(dq, q.size()), q), 1e-6);
 }
 
+// The fused steps against the CPU backend's compositions of the plain ops.
+TEST(CudaOps, FusedStepsMatchCpu) {
+  REQUIRE_GPU();
+  Fixture f;
+  std::mt19937 rng(23);
+  std::vector<DeviceBuffer> keep;
+  // add_rmsnorm on odd rows
+  const int64_t n = 3, dim = 2056;
+  auto x = randn(size_t(n * dim), rng), y = randn(size_t(n * dim), rng),
+       w = randn(size_t(dim), rng);
+  std::vector<float> xr = x, ref(x.size());
+  f.cpu->add_rmsnorm(xr.data(), y.data(), w.data(), n, dim, 1e-6f, ref.data());
+  float* dx = f.up(x, keep);
+  float* dn = f.zeros(x.size(), keep);
+  f.gpu->add_rmsnorm(dx, f.up(y, keep), f.up(w, keep), n, dim, 1e-6f, dn);
+  EXPECT_LE(rel_err(f.down(dx, x.size()), xr), 1e-7);
+  EXPECT_LE(rel_err(f.down(dn, x.size()), ref), 1e-6);
+  // matmul_multi: three weights of one width (one launch at n == 1), and n == 3
+  for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4, WeightEncoding::F32})
+    for (int64_t t : {1, 3}) {
+      const int64_t cols = 320;
+      std::vector<std::unique_ptr<HostMatrix>> m;
+      std::vector<MatView> dev;
+      for (int64_t rows : {67, 9, 130}) {
+        m.push_back(std::make_unique<HostMatrix>(enc, rows, cols, rng));
+        dev.push_back(f.gpu->weights(m.back()->view, f.store));
+      }
+      const auto xin = randn(size_t(t * cols), rng);
+      float* dxin = f.up(xin, keep);
+      std::vector<float*> outs;
+      for (const auto& mm : m) outs.push_back(f.zeros(size_t(t * mm->view.rows), keep));
+      f.gpu->matmul_multi(dev, dxin, t, outs);
+      for (size_t i = 0; i < m.size(); ++i) {
+        std::vector<float> r(size_t(t * m[i]->view.rows));
+        f.cpu->matmul(m[i]->view, xin.data(), t, r.data());
+        EXPECT_LE(rel_err(f.down(outs[i], r.size()), r), 1e-5) << int(enc) << " n " << t;
+      }
+    }
+  // qk_norm_rope_kv with and without norms, at position 37 of a 50-row cache
+  const int64_t nh = 6, nkv = 2, hd = 64, pos = 37, cap = 50;
+  std::vector<float> inv(size_t(hd / 2));
+  for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(1e6f, float(2 * i) / hd);
+  for (bool norms : {true, false}) {
+    auto q = randn(size_t(n * nh * hd), rng), k = randn(size_t(n * nkv * hd), rng),
+         v = randn(size_t(n * nkv * hd), rng), qn = randn(size_t(hd), rng),
+         kn = randn(size_t(hd), rng);
+    std::vector<float> kc(size_t(cap * nkv * hd), 0.0f), vc = kc, q2 = q, k2 = k;
+    float* dq = f.up(q, keep);
+    float* dk = f.up(k, keep);
+    float* dkc = f.zeros(kc.size(), keep);
+    float* dvc = f.zeros(vc.size(), keep);
+    f.cpu->qk_norm_rope_kv(q2.data(), k2.data(), v.data(), norms ? qn.data() : nullptr,
+                           norms ? kn.data() : nullptr, n, nh, nkv, hd, 1e-6f, pos, inv.data(),
+                           kc.data(), vc.data());
+    f.gpu->qk_norm_rope_kv(dq, dk, f.up(v, keep), norms ? f.up(qn, keep) : nullptr,
+                           norms ? f.up(kn, keep) : nullptr, n, nh, nkv, hd, 1e-6f, pos,
+                           f.up(inv, keep), dkc, dvc);
+    EXPECT_LE(rel_err(f.down(dq, q.size()), q2), 1e-6) << norms;
+    EXPECT_LE(rel_err(f.down(dk, k.size()), k2), 1e-6) << norms;
+    EXPECT_LE(rel_err(f.down(dkc, kc.size()), kc), 1e-6) << norms;
+    EXPECT_EQ(f.down(dvc, vc.size()), vc) << norms;
+  }
+}
+
 TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
   REQUIRE_GPU();
   Fixture f;

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.h"
+
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "kernels/cb3.h"
@@ -54,10 +56,46 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // step instead of kernels/cuda/decode.cu (for A/B measurements).
   const char* dk = std::getenv("MOETIER_CUDA_DECODE");
   legacy_decode_ = dk && std::string(dk) == "legacy";
+  if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
+}
+
+void CudaBackend::time_op(const std::string& what) {
+  cudaEvent_t e = nullptr;
+  cuda_check(cudaEventCreate(&e), "timing event");
+  cuda_check(cudaEventRecord(e, stream_), "timing event");
+  marks_.emplace_back(what, e);
+  if (marks_.size() >= 2048) flush_timing(false);
+}
+
+void CudaBackend::flush_timing(bool write) {
+  if (!marks_.empty()) {
+    cudaEventSynchronize(marks_.back().second);
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second);
+      auto& t = op_time_[marks_[i].first];
+      t.first += ms, ++t.second;
+    }
+    for (size_t i = 0; i + 1 < marks_.size(); ++i) cudaEventDestroy(marks_[i].second);
+    marks_.erase(marks_.begin(), marks_.end() - 1);
+  }
+  if (!write) return;
+  std::string out;
+  for (const auto& [name, t] : op_time_)
+    out += fmt::format("{:>12.1f} us {:>8} x {:>9.2f} us  {}\n", 1000 * t.first, t.second,
+                       1000 * t.first / double(t.second), name);
+  write_file_atomic(timing_path_, out);
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  if (!timing_path_.empty()) {
+    try {
+      flush_timing(true);
+    } catch (const std::exception&) {  // a measurement aid never takes the run down
+    }
+    for (auto& m : marks_) cudaEventDestroy(m.second);
+  }
   // Everything this backend owns goes before the stream it was used on.
   for (Scratch* s : {&ids_, &attn_, &arrays_, &h_, &d_, &wbf_, &xbf_, &g_, &u_, &hbf_, &y_, &rows_,
                      &rw_, &prep_})
@@ -233,11 +271,32 @@ void CudaBackend::graph_drop(int graph) {
 void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) {
   kernels::check_matview(w, "cuda matmul");
   if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, false);
-  if (n == 1 && !legacy_decode_ && cuda::gemv1(w, x, y, false, stream_)) return after("gemv1");
+  if (n == 1 && !legacy_decode_ && cuda::gemv1(w, x, y, false, stream_)) {
+    if (timing_path_.empty()) return after("gemv1");
+    return after(fmt::format("gemv1 {}x{}", w.rows, w.cols).c_str());
+  }
   for (int64_t t = 0; t < n; t += kGemvMax) {
     const int64_t m = std::min(kGemvMax, n - t);
     cuda::gemv(w, x + t * w.cols, m, y + t * w.rows, false, stream_), after("gemv");
   }
+}
+
+// One launch for the weights of one input at decode (q/k/v), else one matmul each.
+void CudaBackend::matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
+                               std::span<float* const> ys) {
+  bool one = n == 1 && !legacy_decode_ && !ws.empty() && ws.size() <= cuda::GemvMulti::kMax;
+  cuda::GemvMulti g;
+  for (size_t i = 0; one && i < ws.size(); ++i) {
+    kernels::check_matview(ws[i], "cuda matmul");
+    one = ws[i].enc == ws[0].enc && ws[i].cols == ws[0].cols && cuda::vectorizable(ws[i]);
+    g.w[i] = static_cast<const uint8_t*>(ws[i].data);
+    g.sc[i] = ws[i].scales;
+    g.y[i] = ys[i];
+    g.tile0[i + 1] = g.tile0[i] + ws[i].rows;
+  }
+  g.count = int(ws.size());
+  if (one && cuda::gemv_multi(g, ws[0].enc, ws[0].cols, x, stream_)) return after("gemv_multi");
+  Backend::matmul_multi(ws, x, n, ys);
 }
 
 // y [n, rows] (+)= x [n, cols] w^T on tensor cores: x and w rounded to bf16

@@ -4,6 +4,7 @@
 
 #include <cublas_v2.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,24 @@ class CudaBackend final : public Backend {
   void silu_mul(float* g, const float* u, int64_t n) override {
     cuda::silu_mul(g, u, n, stream_), after("silu_mul");
   }
+  void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
+                   float* xn) override {
+    if (legacy_decode_) return Backend::add_rmsnorm(x, y, w, n, dim, eps, xn);
+    cuda::add_rmsnorm(x, y, w, n, dim, eps, xn, stream_), after("add_rmsnorm");
+  }
+  void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
+                    std::span<float* const> ys) override;
+  void qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
+                       const float* k_norm, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
+                       float eps, int64_t pos, const float* inv_freq, float* k_cache,
+                       float* v_cache) override {
+    if (legacy_decode_ || !cuda::qk_norm_rope_kv(q, k, v, q_norm, k_norm, n, nh, nkv, hd, eps, pos,
+                                                 step_pos(pos), inv_freq, k_cache, v_cache,
+                                                 stream_))
+      return Backend::qk_norm_rope_kv(q, k, v, q_norm, k_norm, n, nh, nkv, hd, eps, pos, inv_freq,
+                                      k_cache, v_cache);
+    after("qk_norm_rope_kv");
+  }
   void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                     float* probs, int32_t* ids, float* weights) override;
   void expert_batch(const ExpertBatch& b) override;
@@ -93,7 +112,16 @@ class CudaBackend final : public Backend {
                     int64_t hidden, int64_t intermediate, float* out) override;
 
  private:
-  void after(const char* what) { cuda_check(cudaGetLastError(), what); }
+  void after(const char* what) {
+    cuda_check(cudaGetLastError(), what);
+    if (!timing_path_.empty() && !recording_) time_op(what);
+  }
+  // MOETIER_CUDA_TIMING=FILE (a measurement aid; use with MOETIER_GRAPHS=0):
+  // the GPU time between consecutive ops, summed by op name, written to FILE
+  // when the backend is destroyed. Includes the GPU's idle time when the host
+  // launches slower than the GPU runs (small ops then show the launch rate).
+  void time_op(const std::string& what);
+  void flush_timing(bool write);
   // While recording a decode graph: the device copy of the step's position
   // (pos must be the recorded step's); else null (use the host value).
   const int64_t* step_pos(int64_t pos) const;
@@ -129,6 +157,9 @@ class CudaBackend final : public Backend {
   int64_t record_pos_ = 0, record_max_ = 0;
   DeviceBuffer step_dev_, step_host_;  // [1] StepArgs device / pinned host
   std::vector<cudaGraphExec_t> graphs_;
+  std::string timing_path_;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks_;
+  std::map<std::string, std::pair<double, int64_t>> op_time_;  // name -> (ms, count)
 };
 
 }  // namespace moetier

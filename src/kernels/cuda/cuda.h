@@ -123,4 +123,27 @@ bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);
 
+// Fused steps (kernels/cuda/fused.cu; Backend's fused ops). add_rmsnorm: x
+// [n, dim] += y, xn = rmsnorm(x). gemv_multi: y[m] [rows[m]] = w[m] x for up to
+// kMax weights of one encoding and width, one row per block (tile0: prefix
+// sums of rows); false (nothing launched) where the vector path does not
+// apply. qk_norm_rope_kv: see Backend::qk_norm_rope_kv (d_pos: graph mode);
+// false for head_dim > 512 or odd.
+void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
+                 float* xn, cudaStream_t s);
+struct GemvMulti {
+  static constexpr int kMax = 4;
+  const uint8_t* w[kMax] = {};
+  const uint8_t* sc[kMax] = {};
+  float* y[kMax] = {};
+  int64_t tile0[kMax + 1] = {};
+  int count = 0;
+};
+bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
+                cudaStream_t s);
+bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
+                     const float* k_norm, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
+                     float eps, int64_t pos, const int64_t* d_pos, const float* inv_freq,
+                     float* k_cache, float* v_cache, cudaStream_t s);
+
 }  // namespace moetier::cuda

@@ -38,16 +38,22 @@ std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64
   float* x = ws.get(kX, n * h);    // [n, hidden] residual stream
   float* xn = ws.get(kXn, n * h);  // [n, hidden] normalized
   float* y = ws.get(kY, n * h);    // [n, hidden] block output
+  float* xa = ws.get(kAttnXn, n * h);  // [n, hidden] normalized attention input
   be.embed(embed_, tokens, x);
   const float eps = float(c.rms_norm_eps);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    attention(l, x, n, start_pos, *st);
-    be.rmsnorm(x, layers_[size_t(l)].post_attention_norm, n, h, eps, xn);
+  const int64_t L = c.num_hidden_layers;
+  if (L > 0) be.rmsnorm(x, layers_[0].input_norm, n, h, eps, xa);
+  for (int64_t l = 0; l < L; ++l) {
+    attention(l, xa, n, start_pos, *st, y);
+    be.add_rmsnorm(x, y, layers_[size_t(l)].post_attention_norm, n, h, eps, xn);
     if (layers_[size_t(l)].moe)
       moe(l, xn, tokens, start_pos, experts, opt, y, ws);
     else
       dense_mlp(l, xn, n, y, ws);
-    be.add(x, y, n * h);
+    if (l + 1 < L)  // the residual add fused with the next layer's input norm
+      be.add_rmsnorm(x, y, layers_[size_t(l + 1)].input_norm, n, h, eps, xa);
+    else
+      be.add(x, y, n * h);
   }
   kv.set_size(start_pos + n);
 

@@ -72,7 +72,9 @@ class Qwen3MoeModel final : public Model {
  private:
   Qwen3MoeModel() = default;
   void check_chunk(std::span<const int32_t> tokens, int64_t start_pos, const KvCache& kv) const;
-  void attention(int64_t layer, float* x, int64_t n, int64_t start_pos, State& st) const;
+  // o [n, hidden] = self-attention of layer on xn [n, hidden] (normalized).
+  void attention(int64_t layer, const float* xn, int64_t n, int64_t start_pos, State& st,
+                 float* o) const;
   void dense_mlp(int64_t layer, const float* xn, int64_t n, float* out, Workspace& ws) const;
   void moe(int64_t layer, const float* xn, std::span<const int32_t> tokens, int64_t start_pos,
            ExpertProvider& experts, const ForwardOptions& opt, float* out, Workspace& ws) const;

@@ -1,0 +1,81 @@
+// Device helpers of the decode kernels (decode.cu, fused.cu): one thread's
+// 16-byte weight chunk times activations, activation chunk loads, and a
+// fixed-order block reduction.
+#pragma once
+
+#include "kernels/cuda/rowdot.cuh"
+
+namespace moetier::cuda {
+
+constexpr int kMaxThreads = 256;
+
+template <int ENC>
+struct Chunk;
+
+template <>
+struct Chunk<kF32> {
+  static constexpr int kCols = 4;
+  __device__ static float dot(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
+                              int64_t i, const float* xv, const float*) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(w + row * cols * 4) + i);
+    return q.x * xv[0] + q.y * xv[1] + q.z * xv[2] + q.w * xv[3];
+  }
+};
+
+template <>
+struct Chunk<kBF16> {
+  static constexpr int kCols = 8;
+  __device__ static float dot(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
+                              int64_t i, const float* xv, const float*) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(w + row * cols * 2) + i);
+    return bf16f(q.x & 0xffff) * xv[0] + bf16f(q.x >> 16) * xv[1] + bf16f(q.y & 0xffff) * xv[2] +
+           bf16f(q.y >> 16) * xv[3] + bf16f(q.z & 0xffff) * xv[4] + bf16f(q.z >> 16) * xv[5] +
+           bf16f(q.w & 0xffff) * xv[6] + bf16f(q.w >> 16) * xv[7];
+  }
+};
+
+template <>
+struct Chunk<kMXFP4> {
+  static constexpr int kCols = 32;
+  __device__ static float dot(const uint8_t* w, const uint8_t* sc, int64_t row, int64_t cols,
+                              int64_t i, const float* xv, const float* lut) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(w + row * (cols / 2)) + i);
+    const float s = e8m0f(__ldg(sc + row * (cols / 32) + i));
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    float part = 0.0f;  // code values x activations; scaled once per block
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t byte = (words[j / 4] >> (8 * (j % 4))) & 0xffu;
+      part += lut[byte & 15] * xv[2 * j] + lut[byte >> 4] * xv[2 * j + 1];
+    }
+    return part * s;
+  }
+};
+
+template <int N>
+__device__ __forceinline__ void load_x(const float* x, int64_t i, float* xv) {
+  const float4* p = reinterpret_cast<const float4*>(x) + i * (N / 4);
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    const float4 a = __ldg(p + j);
+    xv[4 * j] = a.x, xv[4 * j + 1] = a.y, xv[4 * j + 2] = a.z, xv[4 * j + 3] = a.w;
+  }
+}
+
+// Sums v[r] over the block (fixed order); thread r < R gets row r's total.
+template <int R>
+__device__ __forceinline__ float block_sum(float (&v)[R], float (*red)[kMaxThreads / 32]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nw = blockDim.x / 32;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float s = warp_sum(v[r]);
+    if (lane == 0) red[r][warp] = s;
+  }
+  __syncthreads();
+  float t = 0.0f;
+  if (threadIdx.x < R)
+    for (int w = 0; w < nw; ++w) t += red[threadIdx.x][w];
+  return t;
+}
+
+}  // namespace moetier::cuda

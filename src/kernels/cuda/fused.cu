@@ -1,0 +1,148 @@
+// Fused decode-step kernels (kernels/cuda/cuda.h): the residual add with the
+// next RMSNorm; several GEMVs of one input in one launch (q/k/v); attention's
+// per-head norm + RoPE + KV-cache write in one launch. Each computes what the
+// separate kernels compute, with the same arithmetic (double sum of squares,
+// cos/sin in double).
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/decode_chunk.cuh"
+
+namespace moetier::cuda {
+namespace {
+
+// Sum of squares of v over the block (double, in a fixed order).
+__device__ double block_sumsq(double ss, double* part) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int i = 0; i < int(blockDim.x + 31) / 32; ++i) t += part[i];
+    part[32] = t;
+  }
+  __syncthreads();
+  return part[32];
+}
+
+__global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int64_t dim,
+                                   float eps, float* xn) {
+  float* xr = x + int64_t(blockIdx.x) * dim;
+  const float* yr = y + int64_t(blockIdx.x) * dim;
+  float* o = xn + int64_t(blockIdx.x) * dim;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = xr[i] + yr[i];
+    xr[i] = v;
+    ss += double(v) * double(v);
+  }
+  __shared__ double part[33];
+  const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(dim)) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w[i] * (xr[i] * r);
+}
+
+// Blocks [tile0[m], tile0[m+1]) compute the rows of matrix m, one row each.
+template <int ENC>
+__global__ void __launch_bounds__(256) gemv_multi_kernel(GemvMulti g, int64_t cols,
+                                                         const float* x) {
+  using C = Chunk<ENC>;
+  __shared__ float lut[16];
+  __shared__ float red[1][8];
+  if constexpr (ENC == kMXFP4) fill_e2m1(lut);
+  __syncthreads();
+  int m = 0;
+  while (m + 1 < g.count && int64_t(blockIdx.x) >= g.tile0[m + 1]) ++m;
+  const int64_t row = int64_t(blockIdx.x) - g.tile0[m];
+  float acc[1] = {0.0f};
+  for (int64_t i = threadIdx.x; i < cols / C::kCols; i += blockDim.x) {
+    float xv[C::kCols];
+    load_x<C::kCols>(x, i, xv);
+    acc[0] += C::dot(g.w[m], g.sc[m], row, cols, i, xv, lut);
+  }
+  const float t = block_sum<1>(acc, red);
+  if (threadIdx.x == 0) g.y[m][row] = t;
+}
+
+// Grid: n x (nh + 2 nkv) blocks (q heads, k heads, v heads) of one head row.
+__global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, const float* q_norm,
+                                       const float* k_norm, int64_t nh, int64_t nkv, int64_t hd,
+                                       float eps, int64_t pos, const int64_t* d_pos,
+                                       const float* inv_freq, float* k_cache, float* v_cache) {
+  if (d_pos) pos = *d_pos;
+  const int64_t t = blockIdx.x, j = blockIdx.y, kvd = nkv * hd;
+  const int64_t cache_row = (pos + t) * kvd;
+  if (j >= nh + nkv) {  // v head: the cache write only
+    const int64_t h = j - nh - nkv;
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x)
+      v_cache[cache_row + h * hd + d] = v[t * kvd + h * hd + d];
+    return;
+  }
+  const bool is_q = j < nh;
+  float* row = is_q ? q + (t * nh + j) * hd : k + (t * nkv + (j - nh)) * hd;
+  const float* w = is_q ? q_norm : k_norm;
+  __shared__ float y[512];
+  __shared__ double part[33];
+  double ss = 0.0;
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    y[d] = row[d];
+    ss += double(row[d]) * double(row[d]);
+  }
+  const double tot = block_sumsq(ss, part);
+  if (w) {
+    const float r = 1.0f / sqrtf(float(tot / double(hd)) + eps);
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) y[d] = w[d] * (y[d] * r);
+  }
+  __syncthreads();
+  const int64_t half = hd / 2;
+  for (int64_t d = threadIdx.x; d < half; d += blockDim.x) {
+    const float angle = inv_freq[d] * float(pos + t);
+    const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+    const float a = y[d], b = y[d + half];
+    const float r0 = a * c - b * s, r1 = b * c + a * s;
+    row[d] = r0, row[d + half] = r1;
+    if (!is_q) {
+      const int64_t h = j - nh;
+      k_cache[cache_row + h * hd + d] = r0;
+      k_cache[cache_row + h * hd + d + half] = r1;
+    }
+  }
+}
+
+}  // namespace
+
+void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
+                 float* xn, cudaStream_t s) {
+  if (n <= 0) return;
+  const int block = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 128);
+  add_rmsnorm_kernel<<<unsigned(n), block, 0, s>>>(x, y, w, dim, eps, xn);
+}
+
+bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
+                cudaStream_t s) {
+  const int64_t m = enc == WeightEncoding::F32 ? 4 : enc == WeightEncoding::BF16 ? 8 : 32;
+  if (g.count < 1 || g.count > GemvMulti::kMax || enc == WeightEncoding::CB3 || cols % m)
+    return false;
+  const unsigned blocks = unsigned(g.tile0[g.count]);
+  const unsigned t = unsigned(std::min<int64_t>(256, std::max<int64_t>(32, (cols / m + 31) / 32 * 32)));
+  switch (enc) {
+    case WeightEncoding::F32:
+      return gemv_multi_kernel<kF32><<<blocks, t, 0, s>>>(g, cols, x), true;
+    case WeightEncoding::BF16:
+      return gemv_multi_kernel<kBF16><<<blocks, t, 0, s>>>(g, cols, x), true;
+    default:
+      return gemv_multi_kernel<kMXFP4><<<blocks, t, 0, s>>>(g, cols, x), true;
+  }
+}
+
+bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
+                     const float* k_norm, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
+                     float eps, int64_t pos, const int64_t* d_pos, const float* inv_freq,
+                     float* k_cache, float* v_cache, cudaStream_t s) {
+  if (n <= 0 || hd > 512 || hd % 2) return false;
+  const dim3 grid(unsigned(n), unsigned(nh + 2 * nkv));
+  const unsigned block = hd >= 128 ? 128 : (hd >= 64 ? 64 : 32);
+  qk_norm_rope_kv_kernel<<<grid, block, 0, s>>>(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos,
+                                                d_pos, inv_freq, k_cache, v_cache);
+  return true;
+}
+
+}  // namespace moetier::cuda
