@@ -86,6 +86,21 @@ step_arena30() {  # a 28% arena backed by the host tier, and by storage only
     --arena 28% --host-cache 17GiB
   bench_arm "moetier cuda arena 28%, storage" --prompt-tokens 256 --gen 64 --runs 2 --arena 28%
 }
+step_timing() {  # per-op GPU time (MOETIER_CUDA_TIMING, no graphs) on an 8-layer model
+  local q=/tmp/q30-8
+  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+    --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  for g in 1 0; do
+    MOETIER_GRAPHS=$g $M bench $q --backend cuda --prompt-tokens 256 --gen 64 --runs 2 --no-probe \
+      2>&1 | grep -E "run 2/2"
+  done
+  MOETIER_GRAPHS=0 MOETIER_CUDA_TIMING=/tmp/t-decode.txt $M bench $q --backend cuda \
+    --prompt-tokens 1 --gen 65 --runs 1 --no-probe >/dev/null 2>&1
+  echo "--- decode, 64 steps of 8 layers (no graphs)"; sort -rn /tmp/t-decode.txt | head -20
+  MOETIER_CUDA_TIMING=/tmp/t-prefill.txt $M bench $q --backend cuda \
+    --prompt-tokens 256 --gen 1 --runs 1 --no-probe >/dev/null 2>&1
+  echo "--- prefill 256, 8 layers"; sort -rn /tmp/t-prefill.txt | head -20
+}
 step_profile() {  # kernel time per decode step and per 256-token prefill (nsys)
   local nsys; nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
   [ -n "$nsys" ] || { echo "no nsys"; return 0; }

@@ -63,8 +63,9 @@ __device__ __forceinline__ void load_x(const float* x, int64_t i, float* xv) {
 }
 
 // Sums v[r] over the block (fixed order); thread r < R gets row r's total.
-template <int R>
-__device__ __forceinline__ float block_sum(float (&v)[R], float (*red)[kMaxThreads / 32]) {
+// red: [R][W] shared, W >= warps of the block.
+template <int R, int W>
+__device__ __forceinline__ float block_sum(float (&v)[R], float (*red)[W]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nw = blockDim.x / 32;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
