@@ -1,7 +1,6 @@
 // Causal GQA attention on CUDA cores with an online softmax.
 //
-// One block per (head, split, query): one warp for a decode split of 32
-// positions, four for prefill (one split). A warp takes 32 positions at
+// One block of 4 warps per (head, split, query). A warp takes 32 positions at
 // a time: each lane scores one position (q . k, the query in shared memory),
 // the warp updates its running max / sum, then every lane accumulates its
 // head_dim / 32 slice of the value rows of those 32 positions (coalesced). The
@@ -20,7 +19,8 @@
 namespace moetier::cuda {
 namespace {
 
-constexpr int64_t kSplit = 32;
+constexpr int kWarpsA = 4;
+constexpr int64_t kSplit = 128;
 constexpr int64_t kMaxSplits = 256;
 constexpr int kMaxD = 8;  // head_dim <= 256
 
@@ -30,7 +30,6 @@ int64_t splits_for(int64_t n_q, int64_t positions) {
   return s < kMaxSplits ? s : kMaxSplits;
 }
 
-template <int kWarpsA>
 __global__ void __launch_bounds__(kWarpsA * 32)
     attn_kernel(const float* q, const float* k, const float* v, int64_t first_pos,
                 const int64_t* d_pos, int64_t heads, int64_t kvh, int64_t hd, float scale,
@@ -141,12 +140,8 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
   const int64_t splits = splits_for(n_q, len);
   const int64_t split_len = (len + splits - 1) / splits;
   const dim3 grid{unsigned(heads), unsigned(splits), unsigned(n_q)};
-  if (splits > 1)  // decode: one warp per split of kSplit positions
-    attn_kernel<1><<<grid, 32, 0, s>>>(q, k, v, first_pos, d_pos, heads, kv_heads, hd, scale, out,
-                                       scratch, split_len);
-  else
-    attn_kernel<4><<<grid, 4 * 32, 0, s>>>(q, k, v, first_pos, d_pos, heads, kv_heads, hd, scale,
-                                           out, scratch, split_len);
+  attn_kernel<<<grid, kWarpsA * 32, 0, s>>>(q, k, v, first_pos, d_pos, heads, kv_heads, hd, scale,
+                                            out, scratch, split_len);
   if (splits > 1) attn_combine<<<unsigned(heads), 128, 0, s>>>(scratch, splits, hd, out);
 }
 

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int r = 0; r < R; ++r)
       if (row0 + r < rows) acc[r] += C::dot(w, sc, row0 + r, cols, i, xv, lut);
   }
-  const float t = block_sum(acc, red);
+  const float t = block_sum<R>(acc, red);
   if (threadIdx.x < R && row0 + threadIdx.x < rows) {
     float* o = y + row0 + threadIdx.x;
     *o = accumulate ? *o + t : t;
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       acc[R + r] += C::dot(uw, ex.s[1], row0 + r, hidden, i, xv, lut);
     }
   }
-  const float t = block_sum(acc, red);
+  const float t = block_sum<2 * R>(acc, red);
   __shared__ float gs[R];
   if (threadIdx.x < R) gs[threadIdx.x] = t;
   __syncthreads();
@@ -83,44 +83,41 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 // out[row] = sum over the k experts in ascending id order of
-// weights[j] * (down_{ids[j]} h[j])[row] (grid: row tiles). Thread
-// q * chunks + i takes chunk i of the expert of rank q (all loads of a row
-// tile in flight at once); the block sums the weighted partials in thread order.
+// weights[j] * (down_{ids[j]} h[j])[row] (grid: row tiles).
 template <int ENC, int R>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(kMaxThreads)
     moe_down_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                     const float* h, int64_t hidden, int64_t inter, float* out) {
   using C = Chunk<ENC>;
   __shared__ float lut[16];
-  __shared__ float red[R][32];
-  __shared__ int32_t sid[32];
+  __shared__ float red[R][kMaxThreads / 32];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
-  if (threadIdx.x < k) sid[threadIdx.x] = ids[threadIdx.x];
   __syncthreads();
-  const int64_t chunks = inter / C::kCols;
-  const int q = int(threadIdx.x / chunks);
-  const int64_t i = int64_t(threadIdx.x) - int64_t(q) * chunks;
+  int order[32];  // slots by ascending expert id (k <= 32)
+  for (int j = 0; j < k; ++j) {
+    int rank = 0;
+    for (int i = 0; i < k; ++i) rank += ids[i] < ids[j] || (ids[i] == ids[j] && i < j);
+    order[rank] = j;
+  }
   const int64_t row0 = int64_t(blockIdx.x) * R;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  if (q < k) {
-    int j = 0;  // the slot of rank q (ids are distinct)
-    for (int s = 0; s < k; ++s) {
-      int rank = 0;
-      for (int t = 0; t < k; ++t) rank += sid[t] < sid[s];
-      if (rank == q) j = s;
-    }
-    const ExpertPtrs& ex = table[sid[j]];
+  for (int q = 0; q < k; ++q) {
+    const int j = order[q];
+    const ExpertPtrs& ex = table[ids[j]];
     const auto* dw = static_cast<const uint8_t*>(ex.w[2]);
     const float wj = weights[j];
-    float hv[C::kCols];
-    load_x<C::kCols>(h + int64_t(j) * inter, i, hv);
+    const float* hj = h + int64_t(j) * inter;
+    for (int64_t i = threadIdx.x; i < inter / C::kCols; i += blockDim.x) {
+      float hv[C::kCols];
+      load_x<C::kCols>(hj, i, hv);
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (row0 + r < hidden) acc[r] = wj * C::dot(dw, ex.s[2], row0 + r, inter, i, hv, lut);
+      for (int r = 0; r < R; ++r)
+        if (row0 + r < hidden) acc[r] += wj * C::dot(dw, ex.s[2], row0 + r, inter, i, hv, lut);
+    }
   }
-  const float t = block_sum(acc, red);
+  const float t = block_sum<R>(acc, red);
   if (threadIdx.x < R && row0 + threadIdx.x < hidden) out[row0 + threadIdx.x] = t;
 }
 
@@ -149,14 +146,13 @@ void gemv1_enc(const MatView& w, const float* x, float* y, bool acc, cudaStream_
 template <int ENC>
 void moe_enc(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
              const float* x, int64_t hidden, int64_t inter, float* h, float* out, cudaStream_t s) {
-  constexpr int kUp = 4, kDown = 4;
+  constexpr int kUp = 4, kDown = 2;
   const dim3 g1(unsigned((inter + kUp - 1) / kUp), unsigned(k));
   moe_gate_up_kernel<ENC, kUp>
       <<<g1, threads_for(hidden / Chunk<ENC>::kCols), 0, s>>>(table, ids, x, hidden, inter, h);
   const unsigned g2 = unsigned((hidden + kDown - 1) / kDown);
-  const int64_t t2 = (int64_t(k) * (inter / Chunk<ENC>::kCols) + 31) / 32 * 32;
-  moe_down_kernel<ENC, kDown><<<g2, unsigned(t2), 0, s>>>(table, ids, weights, k, h, hidden,
-                                                          inter, out);
+  moe_down_kernel<ENC, kDown><<<g2, threads_for(inter / Chunk<ENC>::kCols), 0, s>>>(
+      table, ids, weights, k, h, hidden, inter, out);
 }
 
 }  // namespace
@@ -179,8 +175,7 @@ bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s) {
   const int64_t m = enc_cols(enc);
-  if (!vec || enc == WeightEncoding::CB3 || hidden % m || inter % m || k < 1 || k > 32 ||
-      int64_t(k) * (inter / m) > 1024)  // one thread per (expert, chunk) of the down projection
+  if (!vec || enc == WeightEncoding::CB3 || hidden % m || inter % m || k < 1 || k > 32)
     return false;
   switch (enc) {
     case WeightEncoding::F32:

@@ -63,9 +63,8 @@ __device__ __forceinline__ void load_x(const float* x, int64_t i, float* xv) {
 }
 
 // Sums v[r] over the block (fixed order); thread r < R gets row r's total.
-// red: [R][W] shared, W >= warps of the block.
-template <int R, int W>
-__device__ __forceinline__ float block_sum(float (&v)[R], float (*red)[W]) {
+template <int R>
+__device__ __forceinline__ float block_sum(float (&v)[R], float (*red)[kMaxThreads / 32]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, nw = blockDim.x / 32;
 #pragma unroll
   for (int r = 0; r < R; ++r) {

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(256) gemv_multi_kernel(GemvMulti g, int64_t co
     load_x<C::kCols>(x, i, xv);
     acc[0] += C::dot(g.w[m], g.sc[m], row, cols, i, xv, lut);
   }
-  const float t = block_sum(acc, red);
+  const float t = block_sum<1>(acc, red);
   if (threadIdx.x == 0) g.y[m][row] = t;
 }
 
