@@ -5,6 +5,7 @@
 // page's script runs against a minimal DOM (tests/support/report_dom.js).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -228,7 +229,7 @@ TEST(ReportScript, RunsAndDrawsEveryChartInNode) {
   EXPECT_GT(f["tips"].get<int>(), 20);
   bool decode = false;
   for (const auto& tip : f["decodeTips"])
-    decode |= tip.get<std::string>().find("decode_tps: 512.3 tok/s") != std::string::npos;
+    decode |= tip.get<std::string>().find("decode_tps: 508.65 tok/s") != std::string::npos;
   EXPECT_TRUE(decode) << f["decodeTips"];
   EXPECT_NE(f["simulateTip"].get<std::string>().find(" B ("), std::string::npos);
   EXPECT_NE(f["simulateTip"].get<std::string>().find("min (optimal)"), std::string::npos);
@@ -236,6 +237,48 @@ TEST(ReportScript, RunsAndDrawsEveryChartInNode) {
   EXPECT_GE(f["clicks"].get<int>(), 5);  // all + four phases
   EXPECT_EQ(f["hoverTip"], "x\ny");
   EXPECT_EQ(f["ready"], "1");
+}
+
+}  // namespace
+}  // namespace moetier::report
+
+namespace moetier::report {
+namespace {
+
+// scripts/peers/llama_bench_to_moetier.py on the committed llama-bench output: a
+// valid moetier-bench/1 file whose workloads take the moetier fixture's names.
+TEST(ReportPeer, LlamaBenchConvertsToTheSchema) {
+  TempDir t;
+  const std::string src = MOETIER_SOURCE_DIR;
+  const std::string raw = src + "/bench/results/peers-llama.cpp-bench-moetier-tiny.raw.json";
+  const std::string out = (t.path / "llama.json").string();
+  const std::string version =
+      t.write("llama.cpp.version", "commit=de3ff815ea7d559ee917f063901b8986f038abc6\n");
+  const std::string conv =
+      "/usr/bin/python3 " + quote(src + "/scripts/peers/llama_bench_to_moetier.py");
+  ASSERT_EQ(std::system((conv + " " + quote(raw) + " -o " + quote(out) + " --like " +
+                         quote(kFixture) + " --version-file " + quote(version) + " 2>/dev/null")
+                            .c_str()),
+            0);
+  const ResultFile f = load_result(out);
+  const json& arm = f.doc["arms"][0];
+  EXPECT_EQ(arm["engine"], "llama.cpp");
+  EXPECT_EQ(arm["version"], "de3ff815ea7d559ee917f063901b8986f038abc6");
+  EXPECT_NE(arm["flags"].get<std::string>().find("-t 2"), std::string::npos);
+  const json r = json::parse(slurp(raw));
+  ASSERT_EQ(arm["workloads"].size(), 2u);  // code and prose; random-8k was not run
+  EXPECT_EQ(arm["workloads"][0]["name"], "code");
+  EXPECT_EQ(arm["workloads"][0]["prompt_tokens"], 412);
+  std::vector<double> s = r[0]["samples_ts"].get<std::vector<double>>();
+  std::sort(s.begin(), s.end());
+  EXPECT_EQ(arm["workloads"][0]["median"]["prompt_tps"].get<double>(), s[1]);
+  EXPECT_EQ(arm["workloads"][0]["runs"].size(), s.size());
+  EXPECT_FALSE(arm["workloads"][0]["runs"][0]["cold"].get<bool>());
+
+  const std::string bad = t.write("bad.json", "{\"not\": \"a list\"}");
+  EXPECT_NE(std::system((conv + " " + quote(bad) + " -o " + quote(out) + " 2>/dev/null").c_str()),
+            0);
+  EXPECT_EQ(load_result(out).doc["arms"][0]["engine"], "llama.cpp") << "the old output stays";
 }
 
 }  // namespace

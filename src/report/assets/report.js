@@ -45,8 +45,10 @@
     const raw = max / (n || 5);
     const p = Math.pow(10, Math.floor(Math.log10(raw)));
     const step = [1, 2, 2.5, 5, 10].map((m) => m * p).find((s) => s >= raw);
-    const out = [];
-    for (let t = 0; t <= max * 1.0001; t += step) out.push(+t.toPrecision(12));
+    const out = [];  // 0, step, ... up to the first tick at or above max
+    for (let i = 0; out.length === 0 || out[out.length - 1] < max * 0.9999; ++i) {
+      out.push(+(i * step).toPrecision(12));
+    }
     return out;
   }
   const tipAttr = (lines) => ' data-tip="' + esc(lines.join('\n')) + '"';
@@ -63,11 +65,14 @@
 
   // ---- horizontal bars, grouped -------------------------------------------
   // rows: {group, label, color, v, lo, hi, bound, tip: [lines]}
-  function bars(title, rows, fmtv) {
+  // The label column fits the longest label (about 6.4 px a character at 11.5 px).
+  const labelWidth = (labels) => Math.min(440, Math.max(150,
+    12 + 6.4 * Math.max(0, ...labels.map((l) => String(l).length))));
+  function bars(title, rows, fmtv, axisFmt) {
     rows = rows.filter((r) => r.v != null);
     let h = '<h3>' + esc(title) + '</h3>';
     if (!rows.length) return h + '<p class=empty>not measured in these results</p>';
-    const L = 270, R = 150, bh = 15, gap = 5, gh = 19;
+    const L = labelWidth(rows.map((r) => r.label)), R = 150, bh = 15, gap = 5, gh = 19;
     let max = 0;
     rows.forEach((r) => { max = Math.max(max, r.v, r.hi || 0, r.bound || 0); });
     const ticks = niceTicks(max * 1.02, 5);
@@ -103,7 +108,7 @@
     for (const tv of ticks) {
       axis += `<line x1="${x(tv)}" y1="4" x2="${x(tv)}" y2="${y}" stroke="#e4e6ee"/>` +
         `<text x="${x(tv)}" y="${y + 14}" text-anchor="middle" font-size="10.5" ` +
-        `fill="#556">${esc(si(tv))}</text>`;
+        `fill="#556">${esc((axisFmt || si)(tv))}</text>`;
     }
     h += `<svg width="${W}" height="${y + 22}" viewBox="0 0 ${W} ${y + 22}" ` +
       `font-family="system-ui,sans-serif">${axis}${body}</svg>`;
@@ -146,9 +151,9 @@
   const MEM = [['core_bytes', 'resident core', '#3f9e5a'], ['arena_bytes', 'expert arena', '#3a5ba0'],
     ['kv_bytes', 'KV cache', '#a04a8c'], ['headroom_bytes', 'headroom', '#b8bcc8']];
   function drawMemory() {
-    const L = 270, R = 120, bh = 18, gap = 8;
     const rows = arms.filter((a) => a.arm.memory && Object.keys(a.arm.memory).length);
     if (!rows.length) return set('chart-memory', '<p class=empty>not measured in these results</p>');
+    const L = labelWidth(rows.map((a) => a.arm.name)), R = 120, bh = 18, gap = 8;
     let max = 0;
     rows.forEach((a) => {
       const m = a.arm.memory;
@@ -222,7 +227,8 @@
         }
       }
     }
-    set('chart-storage', bars('Bytes read per request (lower is better)', rows, (r) => bytes(r.v)));
+    set('chart-storage', bars('Bytes read per request (lower is better)', rows, (r) => bytes(r.v),
+      bytes));
   }
 
   // ---- line charts with a crosshair ----------------------------------------
@@ -231,7 +237,7 @@
   const LL = 78, LR = 24;
   function lineChart(spec) {
     const h = spec.h || 170, top = 10, bot = h - 24;
-    const [x0, x1] = spec.xs, ticks = niceTicks(spec.ys[1] * 1.02 - (spec.ys[0] || 0), 4);
+    const [x0, x1] = spec.xs, ticks = niceTicks(spec.ys[1] - (spec.ys[0] || 0), 4);
     const y0 = spec.ys[0] || 0, y1 = y0 + (ticks[ticks.length - 1] || 1);
     const px = (v) => LL + (W - LL - LR) * (x1 > x0 ? (v - x0) / (x1 - x0) : 0.5);
     const py = (v) => bot - (bot - top) * (v - y0) / (y1 - y0);
@@ -241,7 +247,7 @@
         `height="${bot - top}" fill="${i % 2 ? '#f4f5f9' : '#eceef5'}"/><text x="${px(b.x0) + 3}" ` +
         `y="${top + 10}" font-size="9.5" fill="#667">${esc(b.label)}</text>`;
     });
-    for (const t of ticks) {
+    for (const t of spec.noGrid ? [] : ticks) {
       s += `<line x1="${LL}" y1="${py(y0 + t)}" x2="${W - LR}" y2="${py(y0 + t)}" stroke="#e4e6ee"/>` +
         `<text x="${LL - 5}" y="${py(y0 + t) + 3.5}" text-anchor="end" font-size="10" fill="#556">` +
         `${esc(spec.yfmt(y0 + t))}</text>`;
@@ -413,7 +419,7 @@
   function throttleStrip(ss, t0, t1, period, bands) {
     if (!ss.some((s) => Array.isArray(s.throttle) && s.throttle.length)) return '';
     const ch = lineChart({ title: 'Throttle reasons', h: 64, xs: [t0, t1], ys: [0, 1],
-      xfmt: (v) => si(v, 's'), yfmt: () => '', series: [], bands });
+      xfmt: (v) => si(v, 's'), yfmt: () => '', series: [], bands, noGrid: true });
     let marks = '';
     ss.forEach((s, i) => {
       if (!Array.isArray(s.throttle) || !s.throttle.length) return;
