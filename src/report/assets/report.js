@@ -383,6 +383,7 @@
       charts.map((c) => c.ch.svg).join('') + (charts.length ? '' : '<p class=empty>no readings</p>');
     const svgs = el.querySelectorAll('svg.lc'), xhs = el.querySelectorAll('g.xh');
     const move = (e, svg) => {
+      if (!charts.length) return;
       const tv = charts[0].ch.inv(mouseX(e, svg));
       let best = ss[0];
       ss.forEach((s) => { if (Math.abs(s.t_s - tv) < Math.abs(best.t_s - tv)) best = s; });
