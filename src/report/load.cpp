@@ -1,5 +1,6 @@
 // Reading result files: moetier-bench/1 documents, and `moetier simulate -o`
 // studies turned into "simulate" curves (docs/bench-format.md).
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -68,7 +69,8 @@ json simulate_curves(const json& study, const std::string& file) {
       json& c = curves[key];
       c["budget_experts"].push_back(b["experts"]);
       c["hit_rate"].push_back(r["hit_rate"]);
-      c["all_k_share"].push_back(r.value("all_k_share", 0.0));
+      // absent in a result: null here, and the curve loses the array below
+      c["all_k_share"].push_back(r.contains("all_k_share") ? r["all_k_share"] : json());
       if (c.contains("budget_bytes")) {
         need(bytes.has_value(), p + ".bytes", "missing the model's encoding");
         c["budget_bytes"].push_back(*bytes);
@@ -76,7 +78,13 @@ json simulate_curves(const json& study, const std::string& file) {
     }
   }
   json out = json::array();
-  for (const auto& k : order) out.push_back(curves[k]);
+  for (const auto& k : order) {
+    json& c = curves[k];
+    const auto& share = c["all_k_share"];
+    if (std::any_of(share.begin(), share.end(), [](const json& v) { return !v.is_number(); }))
+      c.erase("all_k_share");  // a share not measured everywhere is left out, not invented
+    out.push_back(std::move(c));
+  }
   return out;
 }
 

@@ -134,6 +134,23 @@ TEST(Report, ASimulateStudyBecomesCurvesWithMin) {
   EXPECT_EQ(sim[0]["budget_experts"][0], study["budgets"][0]["experts"]);
   EXPECT_EQ(sim[0]["budget_bytes"][0], study["budgets"][0]["bytes"]["mxfp4"]);
   EXPECT_EQ(sim[0]["hit_rate"][0], study["budgets"][0]["results"][0]["hit_rate"]);
+  EXPECT_TRUE(sim[0].contains("all_k_share"));
+  json partial = study;
+  partial["budgets"][1]["results"][0].erase("all_k_share");
+  const json curves = simulate_curves(partial, "p.json");
+  EXPECT_FALSE(curves[0].contains("all_k_share")) << "not measured everywhere: left out";
+  EXPECT_TRUE(curves[1].contains("all_k_share"));
+  partial["budgets"][2]["results"][1].erase("hit_rate");
+  EXPECT_THROW(
+      {
+        try {
+          simulate_curves(partial, "p.json");
+        } catch (const Error& e) {
+          EXPECT_STREQ(e.what(), "p.json: budgets[2].results[1].hit_rate: expected a number");
+          throw;
+        }
+      },
+      Error);
 }
 
 TEST(ReportValidate, NamesTheFileAndTheField) {
