@@ -12,6 +12,9 @@
 #   llama.cpp.sh pack-src OUT.tar.xz          the subset a CUDA build needs (no network there)
 #   llama.cpp.sh convert MODEL_DIR OUT.gguf   moetier / HF qwen3_moe checkpoint -> GGUF
 #   llama.cpp.sh bench GGUF [llama-bench args...]   llama-bench, JSON on stdout
+#   llama.cpp.sh bench-json GGUF OUT.json [--like MOETIER.json] [--name ARM] [-- llama-bench args...]
+#                                             llama-bench, converted to moetier-bench/1
+#                                             (the raw output beside it: X.raw.json for X.json)
 #   llama.cpp.sh version                      print the recorded version
 #   llama.cpp.sh harness-moetier [BUILD]      moetier + moetier_logits in the repo's build/
 #   llama.cpp.sh validate MODEL_DIR [OUT_DIR] [PROMPT...]
@@ -262,6 +265,7 @@ EOF
   cp "$HERE/llama.cpp.sh" "$d/llama.cpp.sh"
   local f
   for f in moetier_to_gguf.py check_gguf_values.py compare_logits.py llama_logits.cpp ggml_dequant.cpp \
+           llama_bench_to_moetier.py \
            llama_harness.cmake; do
     [ -f "$HERE/$f" ] && cp "$HERE/$f" "$d/$f"
   done
@@ -381,6 +385,31 @@ cmd_bench() {
   "$bin" -m "$gguf" -o json "$@"
 }
 
+# bench-json GGUF OUT.json [--like FILE] [--name ARM] [-- llama-bench args...]:
+# llama-bench -o json, kept as X.raw.json for OUT = X.json, then llama_bench_to_moetier.py into
+# OUT.json (moetier-bench/1) with the exact command and the recorded version.
+cmd_bench_json() {
+  [ $# -ge 2 ] || die "usage: bench-json GGUF OUT.json [--like FILE] [--name ARM] [-- llama-bench args...]"
+  local gguf=$1 out=$2; shift 2
+  local conv=(--version-file "$PEERS_DIR/llama.cpp.version")
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    case $1 in
+      --like|--name) conv+=("$1" "$2"); shift 2;;
+      *) die "bench-json: unknown option $1 (llama-bench options go after --)";;
+    esac
+  done
+  [ "${1:-}" = -- ] && shift
+  [ -f "$gguf" ] || die "no such file $gguf"
+  local bin
+  bin=$(find_bin llama-bench)
+  log "$bin -m $gguf -o json $*"
+  local raw=${out%.json}.raw.json
+  "$bin" -m "$gguf" -o json "$@" >"$raw.tmp"
+  mv "$raw.tmp" "$raw"
+  /usr/bin/python3 "$HERE/llama_bench_to_moetier.py" "$raw" -o "$out" "${conv[@]}" \
+    --command "llama-bench -m $gguf -o json $*"
+}
+
 case ${1:-} in
   fetch) shift; cmd_fetch "$@";;
   build-cpu) shift; cmd_build cpu "$@";;
@@ -388,9 +417,10 @@ case ${1:-} in
   pack-src) shift; cmd_pack_src "$@";;
   convert) shift; cmd_convert "$@";;
   bench) shift; cmd_bench "$@";;
+  bench-json) shift; cmd_bench_json "$@";;
   harness-moetier) shift; cmd_harness_moetier "$@";;
   validate) shift; cmd_validate "$@";;
   version) cat "$PEERS_DIR/llama.cpp.version";;
   bin) shift; find_bin "$@";;
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ] && exit 2; exit 0;;
+  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ] && exit 2; exit 0;;
 esac

@@ -22,6 +22,7 @@
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
 #include "model/architecture.h"
+#include "monitor/monitor.h"
 #include "runtime/session.h"
 #include "tools/command.h"
 #include "tools/context.h"
@@ -36,6 +37,7 @@ struct BenchArgs {
   std::string dir, workloads = "code,prose,random-8k", name, json_path;
   int64_t prompt_tokens = 0, gen = 0, ctx = 0;
   int runs = 3, threads = 0;
+  double monitor_period = 5.0;
   uint32_t seed = 1;
   bool append = false, no_probe = false, no_drop = false;
   EngineOptions engine;
@@ -140,6 +142,9 @@ void bench(const BenchArgs& a) {
   check(a.runs >= 1, "--runs: {} must be at least 1", a.runs);
   const std::vector<Workload> workloads = pick_workloads(a);
   if (a.threads > 0) cpu::set_threads(a.threads);
+  monitor::Monitor mon(a.monitor_period);  // samples every phase (docs/bench-format.md "monitor")
+  mon.set_phase("load");
+  mon.sample_now();
   std::vector<std::string> log;
   const auto t0 = std::chrono::steady_clock::now();
   auto e = Engine::open(a.dir, a.engine, &log);
@@ -161,6 +166,10 @@ void bench(const BenchArgs& a) {
   opt.seed = a.seed;
   opt.drop_page_cache = !a.no_drop;
   opt.on_result = [](const std::string& l) { std::fprintf(stderr, "moetier: %s\n", l.c_str()); };
+  opt.on_phase = [&mon](const std::string& phase) {
+    mon.set_phase(phase);
+    mon.sample_now();
+  };
   json arm = run_arm(*e, tok ? &*tok : nullptr, opt, mb, b, lim.tokens);
   arm["model"] = model_json(*e, mb, a.dir);
   arm["memory"] = memory_json(*e, mb);
@@ -169,8 +178,13 @@ void bench(const BenchArgs& a) {
   if (!e->mapped()) arm["expert_stats"] = e->stats().to_json();
   print_table(arm);
   if (a.json_path.empty()) return;
-  json out =
-      result_file(a, machine_json(e->backend().name(), e->backend().device_memory()), b.to_json());
+  json machine = machine_json(e->backend().name(), e->backend().device_memory());
+  machine.update(monitor::gpu_identity());
+  json out = result_file(a, machine, b.to_json());
+  mon.set_phase("done");
+  mon.sample_now();
+  arm["monitor"] = mon.to_json();
+  if (!out.contains("monitor")) out["monitor"] = arm["monitor"];
   out["arms"].push_back(std::move(arm));
   write_file_atomic(a.json_path, out.dump(2) + "\n");
 }
@@ -192,6 +206,8 @@ const Registrar reg([](CLI::App& app) {
   cmd->add_flag("--no-drop-cache", a->no_drop, "Keep the page cache before the cold run");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: MOETIER_THREADS or all)");
   cmd->add_option("--seed", a->seed, "Seed of random prompts (default 1)");
+  cmd->add_option("--monitor-period", a->monitor_period,
+                  "Seconds between monitor samples (default 5; 0: only at phase changes)");
   add_ctx_option(*cmd, a->ctx);
   add_engine_options(*cmd, a->engine);
   cmd->callback([a] {
