@@ -1,7 +1,8 @@
 // The golden fixtures of tests/data/fixtures/<name>/ (made by
 // scripts/gen_fixtures.py): reference.json + reference.safetensors (input ids,
 // logits at every prompt position, greedy continuation per prompt), read for
-// the CPU golden test and the CUDA model test.
+// the CPU golden test and the CUDA model test. Including it pins the exact
+// f32 activations (golden/exact_activations.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "golden/exact_activations.h"
 
 namespace moetier::testing {
 
@@ -93,6 +95,5 @@ struct Fixture {
     return ref.at("p" + std::to_string(i) + "." + what);
   }
 };
-
 
 }  // namespace moetier::testing

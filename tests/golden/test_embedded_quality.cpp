@@ -35,6 +35,7 @@
 
 #include "format/safetensors.h"
 #include "format/tokenizer.h"
+#include "golden/exact_activations.h"
 #include "runtime/eval.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"

@@ -4,6 +4,8 @@
 // double, the cpu kernels in f32 with a different summation order; for the
 // sizes here that gives ~1e-7..1e-6, so 1e-5 leaves margin without hiding a
 // wrong element (one wrong element out of 67*160 moves the error by >1e-3).
+// MXFP4 matmuls run here with f32 activations (the exact mode); the q8 mode
+// has its own tests (test_kernels_q8.cpp).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -24,6 +26,11 @@ using namespace moetier::testing;
 using namespace moetier;
 
 namespace {
+
+struct ExactActivations : ::testing::Environment {
+  void SetUp() override { cpu::set_mxfp4_activations(cpu::Activations::F32); }
+};
+const auto* const kExact = ::testing::AddGlobalTestEnvironment(new ExactActivations);
 
 // Owns the bytes behind a MatView of random weights.
 struct RandomMatrix {

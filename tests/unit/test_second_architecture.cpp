@@ -23,6 +23,7 @@
 #include "experts/trace.h"
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
+#include "golden/exact_activations.h"  // compared with a double reference of f32 math
 #include "model/architecture.h"
 #include "model/check.h"
 #include "model/info.h"

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/units.h"
 #include "io/sysinfo.h"
 #include "kernels/cpu/cpu.h"
@@ -16,10 +17,15 @@
 namespace moetier {
 namespace {
 
-// Scratch reused across the experts of one batch.
+// Scratch of one thread, reused across experts.
 struct ExpertScratch {
-  std::vector<float> xs, g, u, ys;  // [m, H], [m, I], [m, I], [m, H]
+  std::vector<float> xs, g, u;  // [m, H], [m, I], [m, I]
 };
+
+// Below this many multiply-adds per expert matmul, the experts of a batch
+// run side by side (one thread each) instead of one after another with each
+// matmul threaded: small experts then keep every thread busy.
+constexpr int64_t kExpertParallelMax = int64_t(1) << 17;
 
 class CpuBackend final : public Backend {
  public:
@@ -81,8 +87,9 @@ class CpuBackend final : public Backend {
   void expert_batch(const ExpertBatch& b) override;
 
  private:
-  void run_expert(const ExpertBatch& b, size_t i, ExpertScratch& s);
+  void run_expert(const ExpertBatch& b, size_t i, float* ys);
   std::vector<int32_t> order_;  // [e] router scratch
+  std::vector<float> ys_;       // [pairs, H] expert outputs of a batch
 };
 
 void CpuBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k,
@@ -106,32 +113,52 @@ void CpuBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t
   }
 }
 
-void CpuBackend::run_expert(const ExpertBatch& b, size_t i, ExpertScratch& s) {
+// Expert i of the batch: ys [m, H] = down(silu(gate x) * up x) for its m
+// tokens. Each output is a function of its inputs alone (kernels/cpu), on
+// whichever thread this runs.
+void CpuBackend::run_expert(const ExpertBatch& b, size_t i, float* ys) {
+  thread_local ExpertScratch s;
   const ExpertView& v = b.experts[i];
   const int64_t h = b.hidden, in = b.intermediate;
   const int64_t p0 = b.offsets[i], m = b.offsets[i + 1] - p0;
   s.xs.resize(size_t(m * h));
-  s.ys.resize(size_t(m * h));
   s.g.resize(size_t(m * in));
   s.u.resize(size_t(m * in));
   for (int64_t j = 0; j < m; ++j) std::copy_n(b.x + b.tokens[size_t(p0 + j)] * h, h, &s.xs[j * h]);
   cpu::matmul(v.gate, s.xs.data(), m, s.g.data());
   cpu::matmul(v.up, s.xs.data(), m, s.u.data());
   cpu::silu_mul(s.g.data(), s.u.data(), m * in);
-  cpu::matmul(v.down, s.g.data(), m, s.ys.data());
-  for (int64_t j = 0; j < m; ++j) {
-    const float w = b.weights[size_t(p0 + j)];
-    const float* yj = s.ys.data() + j * h;
-    float* ot = b.out + b.tokens[size_t(p0 + j)] * h;
-    for (int64_t c = 0; c < h; ++c) ot[c] += yj[c] * w;
-  }
+  cpu::matmul(v.down, s.g.data(), m, ys);
 }
 
+// The experts' outputs are computed first (side by side when they are
+// small), then added to out in the batch's order (ascending expert id), so
+// each token's sum has the same order whatever ran where.
 void CpuBackend::expert_batch(const ExpertBatch& b) {
   check(b.offsets.size() == b.experts.size() + 1, "expert batch: {} offsets for {} experts",
         b.offsets.size(), b.experts.size());
-  thread_local ExpertScratch s;
-  for (size_t i = 0; i < b.experts.size(); ++i) run_expert(b, i, s);
+  const int64_t h = b.hidden, pairs = b.offsets.back();
+  ys_.resize(size_t(pairs * h));
+  const int64_t m_max = [&] {
+    int64_t m = 0;
+    for (size_t i = 0; i < b.experts.size(); ++i) m = std::max(m, b.offsets[i + 1] - b.offsets[i]);
+    return m;
+  }();
+  const bool side_by_side =
+      b.experts.size() > 1 && cpu::threads() > 1 && m_max * h * b.intermediate < kExpertParallelMax;
+  auto run = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) run_expert(b, size_t(i), ys_.data() + b.offsets[i] * h);
+  };
+  if (side_by_side)
+    global_pool().parallel_for(int64_t(b.experts.size()), 1, run);
+  else
+    run(0, int64_t(b.experts.size()));
+  for (int64_t p = 0; p < pairs; ++p) {
+    const float w = b.weights[size_t(p)];
+    const float* yp = ys_.data() + p * h;
+    float* ot = b.out + b.tokens[size_t(p)] * h;
+    for (int64_t c = 0; c < h; ++c) ot[c] += yp[c] * w;
+  }
 }
 
 }  // namespace

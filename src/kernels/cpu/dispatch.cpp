@@ -22,6 +22,15 @@ KernelPath from_env() {
 }
 
 std::atomic<int> g_path{-1};
+std::atomic<int> g_act{-1};
+
+Activations act_from_env() {
+  const char* v = std::getenv("MOETIER_CPU_ACT");
+  const std::string s = v ? v : "";
+  if (s == "f32") return Activations::F32;
+  check(s == "q8" || s.empty(), "MOETIER_CPU_ACT: '{}' is not q8 or f32", s);
+  return Activations::Q8;
+}
 
 }  // namespace
 
@@ -51,5 +60,22 @@ void set_kernel_path(KernelPath p) {
 }
 
 const char* kernel_path_name(KernelPath p) { return p == KernelPath::Avx2 ? "avx2" : "portable"; }
+
+}  // namespace moetier::cpu
+
+namespace moetier::cpu {
+
+Activations mxfp4_activations() {
+  int a = g_act.load(std::memory_order_relaxed);
+  if (a < 0) {
+    a = int(act_from_env());
+    g_act.store(a, std::memory_order_relaxed);
+  }
+  return Activations(a);
+}
+
+void set_mxfp4_activations(Activations a) { g_act.store(int(a), std::memory_order_relaxed); }
+
+const char* activations_name(Activations a) { return a == Activations::Q8 ? "q8" : "f32"; }
 
 }  // namespace moetier::cpu

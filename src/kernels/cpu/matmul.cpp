@@ -21,6 +21,7 @@
 #include "kernels/cpu/cb3.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/q8.h"
 #include "kernels/cpu/tile.h"
 #include "kernels/matview.h"
 
@@ -159,6 +160,8 @@ void get_row(const MatView& w, int64_t r, float* out) {
 void matmul(const MatView& w, const float* x, int64_t n, float* y) {
   kernels::check_matview(w, "cpu::matmul");
   if (n <= 0 || w.rows <= 0) return;
+  if (w.enc == WeightEncoding::MXFP4 && mxfp4_activations() == Activations::Q8)
+    return detail::matmul_mxfp4_q8(w, x, n, y);
   const int64_t groups = (w.cols + 7) / 8, ld = groups * 8;
   // X padded with zeros to whole groups of 8 (a copy only when cols % 8 != 0).
   thread_local std::vector<float> xpad;

@@ -44,3 +44,14 @@ void attention(const float* q, const float* k, const float* v, int64_t n_pos, in
                int64_t n_kv, int64_t head_dim, float scale, float* out);
 
 }  // namespace moetier::ref
+
+namespace moetier::ref {
+
+// The q8 activations of MXFP4 matmuls (kernels/cpu/q8.h): x [32 * blocks] ->
+// q [32 * blocks] (each block permuted, even columns first), d [blocks].
+void quantize_q8(const float* x, int64_t blocks, int8_t* q, float* d);
+// Y [n, rows] = X8 [n, cols] W^T where X8 is X quantized by quantize_q8 and
+// dequantized (q * d) exactly: what the q8 kernels compute, in double.
+void matmul_q8(const MatView& w, const float* x, int64_t n, float* y);
+
+}  // namespace moetier::ref

@@ -1,0 +1,113 @@
+// Y [n, rows] = X [n, cols] W^T for MXFP4 weights with q8 activations
+// (kernels/cpu/q8.h): each row of X is quantized once per call, then the rows
+// of W are cut into tiles of 4 that the thread pool hands out in chunks.
+// Per tile:
+//   - n == 1 on the AVX2 path: the 4 rows are decoded in registers inside the
+//     integer dot products (decode steps);
+//   - otherwise the 4 rows are decoded once into a per-thread scratch
+//     (u [4, cols] bytes, s [4, blocks]) and every row of X is dotted with it.
+// Both give the same bits (the q8 order does not depend on the tile).
+#include <algorithm>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/q8.h"
+
+namespace moetier::cpu::detail {
+namespace {
+
+constexpr int64_t kTilesPerChunk = 4;
+constexpr int64_t kParallelMin = int64_t(1) << 17;  // multiply-adds
+constexpr int64_t kTokensPerStep = 16;              // rows of X per q8_tile4 call
+
+struct Q8Job {
+  const MatView& w;
+  const int8_t* q;  // [n, cols]
+  const float* d;   // [n, blocks]
+  int64_t n, blocks;
+  float* y;  // [n, rows]
+  bool avx2;
+};
+
+void row_ptrs(const Q8Job& j, int64_t r0, const uint8_t** codes, const uint8_t** scales) {
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = std::min(r0 + i, j.w.rows - 1);  // past the end: repeat, dropped
+    codes[i] = static_cast<const uint8_t*>(j.w.data) + r * 16 * j.blocks;
+    scales[i] = j.w.scales + r * j.blocks;
+  }
+}
+
+void store(const Q8Job& j, int64_t t0, int64_t nt, int64_t r0, const float* out) {
+  for (int64_t t = 0; t < nt; ++t)
+    for (int i = 0; i < 4 && r0 + i < j.w.rows; ++i)
+      j.y[(t0 + t) * j.w.rows + r0 + i] = out[t * 4 + i];
+}
+
+void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vector<float>& s) {
+  const uint8_t *codes[4], *scales[4];
+  row_ptrs(j, r0, codes, scales);
+  const int64_t cols = 32 * j.blocks;
+  u.resize(size_t(4 * cols));
+  s.resize(size_t(4 * j.blocks));
+  for (int i = 0; i < 4; ++i) {
+    if (j.avx2)
+      decode_mxfp4_q8_avx2(codes[i], scales[i], j.blocks, u.data() + i * cols,
+                           s.data() + i * j.blocks);
+    else
+      decode_mxfp4_q8_portable(codes[i], scales[i], j.blocks, u.data() + i * cols,
+                               s.data() + i * j.blocks);
+  }
+  const Q8Tile tile{u.data(), cols, s.data(), j.blocks, j.blocks};
+  float out[4 * kTokensPerStep];
+  for (int64_t t0 = 0; t0 < j.n; t0 += kTokensPerStep) {
+    const int64_t nt = std::min(kTokensPerStep, j.n - t0);
+    const int8_t* q = j.q + t0 * cols;
+    const float* d = j.d + t0 * j.blocks;
+    if (j.avx2)
+      q8_tile4_avx2(tile, q, d, cols, j.blocks, nt, out);
+    else
+      q8_tile4_portable(tile, q, d, cols, j.blocks, nt, out);
+    store(j, t0, nt, r0, out);
+  }
+}
+
+void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
+  if (j.avx2 && j.n == 1) {
+    for (int64_t t = tile0; t < tile1; ++t) {
+      const uint8_t *codes[4], *scales[4];
+      row_ptrs(j, 4 * t, codes, scales);
+      float out[4];
+      q8_direct4_mxfp4_avx2(codes, scales, j.q, j.d, j.blocks, out);
+      store(j, 0, 1, 4 * t, out);
+    }
+    return;
+  }
+  thread_local std::vector<uint8_t> u;
+  thread_local std::vector<float> s;
+  for (int64_t t = tile0; t < tile1; ++t) tile_scratch(j, 4 * t, u, s);
+}
+
+}  // namespace
+
+void matmul_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y) {
+  const int64_t blocks = w.cols / 32;
+  const bool avx2 = kernel_path() == KernelPath::Avx2;
+  thread_local std::vector<int8_t> q;  // [n, cols]
+  thread_local std::vector<float> d;   // [n, blocks]
+  q.resize(size_t(n * w.cols));
+  d.resize(size_t(n * blocks));
+  for (int64_t t = 0; t < n; ++t) {
+    if (avx2)
+      quantize_q8_avx2(x + t * w.cols, blocks, q.data() + t * w.cols, d.data() + t * blocks);
+    else
+      quantize_q8_portable(x + t * w.cols, blocks, q.data() + t * w.cols, d.data() + t * blocks);
+  }
+  const Q8Job job{w, q.data(), d.data(), n, blocks, y, avx2};
+  const int64_t tiles = (w.rows + 3) / 4;
+  const bool parallel = w.rows * w.cols * n >= kParallelMin;
+  global_pool().parallel_for(tiles, parallel ? kTilesPerChunk : tiles,
+                             [&job](int64_t t0, int64_t t1) { run_tiles(job, t0, t1); });
+}
+
+}  // namespace moetier::cpu::detail
