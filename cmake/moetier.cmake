@@ -43,8 +43,10 @@ macro(moetier_detect_cuda)
     set(MOETIER_HAVE_CUDA ON)
   endif()
   if(MOETIER_HAVE_CUDA)
+    # H100/H200 (sm_90), RTX 50 (sm_120), GB10 / DGX Spark (sm_121); pass
+    # -DCMAKE_CUDA_ARCHITECTURES=90 for a faster build for one GPU.
     if(NOT CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+      set(CMAKE_CUDA_ARCHITECTURES "90;120;121")
     endif()
     set(CMAKE_CUDA_STANDARD 17)
     enable_language(CUDA)
