@@ -162,6 +162,19 @@ void summarize(json& wl, const std::vector<json>& runs, const std::vector<size_t
   wl["max"][key] = *std::max_element(v.begin(), v.end());
 }
 
+}  // namespace
+
+std::vector<size_t> summarize_runs(json& wl, const std::vector<json>& runs) {
+  std::vector<size_t> use;
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (!runs[i].value("cold", false) || runs.size() == 1) use.push_back(i);
+  if (use.empty()) use.push_back(0);
+  for (const char* k : {"ttft_s", "prompt_tps", "decode_tps"}) summarize(wl, runs, use, k);
+  return use;
+}
+
+namespace {
+
 json one_workload(Engine& e, const Tokenizer* tok, const ArmOptions& opt, const Workload& w,
                   const ModelBytes& mb, const Bounds& b, int64_t ctx) {
   const std::vector<int32_t> ids = prompt_ids(w, tok, e.spec().vocab_size, opt.seed);
@@ -188,11 +201,7 @@ json one_workload(Engine& e, const Tokenizer* tok, const ArmOptions& opt, const 
                                 o.j.value("decode_tps", 0.0), cold ? " (cold)" : ""));
     runs.push_back(std::move(o.j));
   }
-  std::vector<size_t> use;
-  for (size_t i = 0; i < runs.size(); ++i)
-    if (!runs[i]["cold"].get<bool>() || runs.size() == 1) use.push_back(i);
-  if (use.empty()) use.push_back(0);
-  for (const char* k : {"ttft_s", "prompt_tps", "decode_tps"}) summarize(wl, runs, use, k);
+  const std::vector<size_t> use = summarize_runs(wl, runs);
   std::vector<double> ub;
   for (size_t i : use) ub.push_back(bounds[i]);
   const double dbound = median(ub);

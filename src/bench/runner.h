@@ -52,6 +52,11 @@ struct ArmOptions {
 nlohmann::json run_arm(Engine& engine, const Tokenizer* tok, const ArmOptions& opt,
                        const ModelBytes& bytes, const Bounds& bounds, int64_t ctx);
 
+// Adds median/min/max of ttft_s, prompt_tps, decode_tps over the warm runs
+// (all runs when there is only one) to the workload object; returns the
+// indices of the runs used.
+std::vector<size_t> summarize_runs(nlohmann::json& wl, const std::vector<nlohmann::json>& runs);
+
 // The "machine" object: CPU model, cores, RAM; `backend` names the device.
 nlohmann::json machine_json(const std::string& backend_name, uint64_t device_memory);
 // The moetier build's commit (git describe at configure time).

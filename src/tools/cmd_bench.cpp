@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "bench/bounds.h"
+#include "bench/endpoint.h"
 #include "bench/runner.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -34,7 +35,8 @@ namespace {
 using nlohmann::json;
 
 struct BenchArgs {
-  std::string dir, workloads = "code,prose,random-8k", name, json_path;
+  std::string dir, workloads = "code,prose,random-8k", name, json_path, endpoint, model;
+  double timeout_s = 600;
   int64_t prompt_tokens = 0, gen = 0, ctx = 0;
   int runs = 3, threads = 0;
   double monitor_period = 5.0;
@@ -115,9 +117,9 @@ void print_table(const json& arm) {
     const double f =
         w.contains("fraction_of_bound") ? w["fraction_of_bound"].value("decode_tps", 0.0) : 0.0;
     std::fprintf(stderr, "%-20s %8lld %8lld %12.1f %12.2f %10.3f %9.1f%%\n",
-                 w["name"].get<std::string>().c_str(), w["prompt_tokens"].get<long long>(),
-                 w["gen_tokens"].get<long long>(), m.value("prompt_tps", 0.0),
-                 m.value("decode_tps", 0.0), m.value("ttft_s", 0.0), 100 * f);
+                 w["name"].get<std::string>().c_str(), w.value("prompt_tokens", 0LL),
+                 w.value("gen_tokens", 0LL), m.value("prompt_tps", 0.0), m.value("decode_tps", 0.0),
+                 m.value("ttft_s", 0.0), 100 * f);
   }
 }
 
@@ -138,9 +140,35 @@ json result_file(const BenchArgs& a, const json& machine, const json& bounds) {
           {"arms", json::array()}};
 }
 
+// --endpoint: the workloads through an OpenAI-compatible server; DIR (when
+// given) supplies the tokenizer, for random prompts' ids and prompt counts.
+void bench_endpoint(const BenchArgs& a, const std::vector<Workload>& workloads) {
+  std::optional<Tokenizer> tok;
+  if (!a.dir.empty()) tok.emplace(Tokenizer::load(a.dir));
+  EndpointOptions o;
+  o.url = a.endpoint;
+  o.model = a.model;
+  o.name = a.name;
+  o.workloads = workloads;
+  o.runs = a.runs;
+  o.seed = a.seed;
+  o.timeout_s = a.timeout_s;
+  o.tok = tok ? &*tok : nullptr;
+  o.vocab = tok ? tok->vocab_size() : 0;
+  o.on_result = [](const std::string& l) { std::fprintf(stderr, "moetier: %s\n", l.c_str()); };
+  json arm = run_endpoint(o);
+  print_table(arm);
+  if (a.json_path.empty()) return;
+  json out = result_file(a, machine_json("endpoint " + a.endpoint, 0), json::object());
+  out["arms"].push_back(std::move(arm));
+  write_file_atomic(a.json_path, out.dump(2) + "\n");
+}
+
 void bench(const BenchArgs& a) {
   check(a.runs >= 1, "--runs: {} must be at least 1", a.runs);
   const std::vector<Workload> workloads = pick_workloads(a);
+  if (!a.endpoint.empty()) return bench_endpoint(a, workloads);
+  check(!a.dir.empty(), "bench: a checkpoint DIR (or --endpoint URL) is needed");
   if (a.threads > 0) cpu::set_threads(a.threads);
   monitor::Monitor mon(a.monitor_period);  // samples every phase (docs/bench-format.md "monitor")
   mon.set_phase("load");
@@ -192,7 +220,11 @@ void bench(const BenchArgs& a) {
 const Registrar reg([](CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure TTFT, prompt and decode speed per workload");
-  cmd->add_option("dir", a->dir, "Checkpoint directory")->required();
+  cmd->add_option("dir", a->dir, "Checkpoint directory (with --endpoint: its tokenizer, optional)");
+  cmd->add_option("--endpoint", a->endpoint,
+                  "Drive an OpenAI-compatible server instead (http://HOST:PORT[/v1])");
+  cmd->add_option("--model", a->model, "The request's model name (with --endpoint)");
+  cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for the server (default 600)");
   cmd->add_option(
       "--workload", a->workloads,
       "Comma-separated workloads: " + workload_names() + " (default code,prose,random-8k)");
