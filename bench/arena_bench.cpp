@@ -21,7 +21,8 @@
 // table's `host hits/token` and `reads/token` say how far that got). --ab adds,
 // for every arena row, one with the host-tier copies made as before issue 12
 // (one memcpy per expert inside submit, no pre-faulting; ArenaConfig::
-// async_host_copies / prefault). --repeat R measures every row R times,
+// async_host_copies / prefault); --ab-huge one pre-faulted without huge
+// pages (ArenaConfig::huge_pages). --repeat R measures every row R times,
 // interleaved (row 1, row 2, ..., row 1, ...), and reports each row's median
 // decode rate with its samples, so that rows share the machine's noise.
 #include <fmt/format.h>
@@ -57,13 +58,13 @@ struct Args {
   int threads = 0, repeat = 1;
   uint32_t seed = 1;
   std::string host_cache;
-  bool warm = false, ab = false;
+  bool warm = false, ab = false, ab_huge = false;
 };
 
 // One configuration to measure: mapped, or an arena of `size`% (+ host tier).
 struct Config {
   std::string name, size;
-  bool mapped = false, legacy_copies = false;
+  bool mapped = false, legacy_copies = false, small_pages = false;
 };
 
 struct Row {
@@ -125,6 +126,7 @@ std::vector<Config> configs(const Args& a) {
     std::string name = size + "%" + (a.host_cache.empty() ? "" : " + host tier");
     out.push_back({name, size, false, false});
     if (a.ab) out.push_back({name + " (sync copies)", size, false, true});
+    if (a.ab_huge) out.push_back({name + " (4 KiB pages)", size, false, false, true});
   }
   return out;
 }
@@ -145,6 +147,7 @@ Row measure_config(const Checkpoint& ck, const Model& model, const Config& c, co
   ArenaConfig ac = resolve_arena_config(ix, model.spec(), o, nullptr);
   if (a.host_cache == "all") ac.host_slots = ix.total_experts();
   ac.async_host_copies = ac.prefault = !c.legacy_copies;
+  ac.huge_pages = !c.small_pages;
   ExpertStats stats;
   ArenaExperts arena(std::move(ix), ac, &stats);
   if (a.warm) measure(model, arena, &stats, a, text);
@@ -207,7 +210,9 @@ void run(const Args& a) {
     check(bool(f), "{}: cannot open", a.text);
     std::stringstream buf;
     buf << f.rdbuf();
-    text = Tokenizer::load(a.dir).encode(buf.str());
+    const Tokenizer tok = Tokenizer::load(a.dir);
+    check_tokenizer_fits(tok, model.spec().vocab_size, a.dir);
+    text = tok.encode(buf.str());
     check(int64_t(text.size()) >= a.prompt + a.decode, "{}: {} tokens, need {}", a.text,
           text.size(), a.prompt + a.decode);
   }
@@ -250,6 +255,7 @@ int main(int argc, char** argv) {
   app.add_option("--host-cache", a.host_cache, "Host tier for every arena row: BYTES or all");
   app.add_flag("--warm", a.warm, "One untimed prompt + decode on each provider first");
   app.add_flag("--ab", a.ab, "Also every arena row with the synchronous host copies of before");
+  app.add_flag("--ab-huge", a.ab_huge, "Also every arena row pre-faulted without huge pages");
   app.add_option("--repeat", a.repeat, "Measure every row R times, interleaved (median)");
   app.add_option("--text", a.text, "Prompt and teacher-forced decode tokens from this text file");
   app.add_option("--make-synthetic", synth, "Write a synthetic checkpoint to this directory");

@@ -60,7 +60,7 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
   prefetch_limit_ = cfg.prefetch_limit ? cfg.prefetch_limit : size_t(max_batch());
   const auto t0 = std::chrono::steady_clock::now();
   allocate_memory(cfg);
-  if (cfg.prefault) prefault_all();
+  if (cfg.prefault) prefault_all(cfg.huge_pages);
   setup_.ns = uint64_t(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());
@@ -127,17 +127,17 @@ void ArenaExperts::allocate_memory(const ArenaConfig& cfg) {
 
 // Host memory of the tiers is made resident now (huge pages where the kernel
 // allows; none on pinned memory of a device backend), not at its first use.
-void ArenaExperts::prefault_all() {
+void ArenaExperts::prefault_all(bool huge) {
   const size_t slots = res_.config().hot_slots + res_.config().transient_slots;
-  auto one = [&](std::byte* p, size_t n, bool huge) {
-    const PrefaultResult r = prefault(p, n, huge, global_pool());
+  auto one = [&](std::byte* p, size_t n, bool want_huge) {
+    const PrefaultResult r = prefault(p, n, want_huge, global_pool());
     setup_.prefault.bytes += r.bytes;
     setup_.prefault.huge |= r.huge;
     setup_.prefault.populate |= r.populate;
     setup_.prefault.ns += r.ns;
   };
-  if (!device_) one(arena_base_, slots * slot_bytes_, true);
-  one(host_base_, res_.config().host_slots * slot_bytes_, !device_);
+  if (!device_) one(arena_base_, slots * slot_bytes_, huge);
+  one(host_base_, res_.config().host_slots * slot_bytes_, huge && !device_);
   if (device_) one(staging_base_, (staging_free_.size()) * slot_bytes_, false);
 }
 

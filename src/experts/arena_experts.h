@@ -92,7 +92,8 @@ struct ArenaConfig {
   // Host arena: host-tier copies in the load jobs, split over threads (false:
   // one memcpy each inside submit, as before issue 12; kept for A/B runs).
   bool async_host_copies = true;
-  bool prefault = true;  // pre-fault the tiers' host memory at set-up (see "Set-up")
+  bool prefault = true;    // pre-fault the tiers' host memory at set-up (see "Set-up")
+  bool huge_pages = true;  // with it, ask for transparent huge pages (host arena)
   // One-line notes the CLI may print (an O_DIRECT fallback); null: none.
   std::function<void(const std::string&)> note;
 };
@@ -159,7 +160,7 @@ class ArenaExperts final : public ExpertProvider {
   void add_reads(const PlanStep& st, Job& job);
   void order_after_slot_users(Job& job);
   bool run_inline(Job& job, bool waited_at_once);
-  void prefault_all();
+  void prefault_all(bool huge);
   void push(Job* job);
   void reap(Job* job);
   void reap_finished();

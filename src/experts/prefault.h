@@ -3,13 +3,15 @@
 // kernel's zeroing of the page) on the request path: on a 16-core Xeon first
 // touch costs about 0.4 s per GB, single-threaded (issue 12).
 //
-// prefault(p, n): with `huge`, asks for transparent huge pages on the range
-// (madvise MADV_HUGEPAGE; the kernel backs every 2 MiB-aligned piece of it
-// with one where it can), then makes every page resident and writable:
+// prefault(p, n) makes every page of the range resident and writable:
 // madvise(MADV_POPULATE_WRITE) (Linux 5.14+), else one write per 4 KiB page
 // (the bytes are unspecified before and after: fresh slots). The range is cut
-// into pieces that the pool's threads fault in parallel (page faults of one
-// process scale with threads on recent kernels).
+// into 64 MiB pieces that the pool's threads fault in parallel (page faults
+// of one process scale with threads on recent kernels). With `huge`, each
+// piece first asks for transparent huge pages (madvise MADV_HUGEPAGE) — until
+// one piece faults in slower than 2 GB/s: the kernel is compacting memory to
+// find them, which can make set-up ten times slower than 4 KiB pages, so the
+// remaining pieces get 4 KiB pages.
 //
 // Thread-safety: call it on the pool's owner thread, with no kernel running.
 #pragma once
