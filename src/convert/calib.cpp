@@ -131,6 +131,7 @@ CalibStats collect_calibration(const Checkpoint& ck, const fs::path& corpus,
   const Tokenizer tok = Tokenizer::load(ck.dir());
   const std::unique_ptr<Model> model = load_model(ck);
   const ModelSpec& cfg = model->spec();
+  check_tokenizer_fits(tok, cfg.vocab_size, ck.dir());
   std::vector<int32_t> ids =
       tok.encode(read_corpus(corpus, uint64_t(opt.max_tokens) * 16 + 4096), false);
   check(!ids.empty(), "--calib: {}: the corpus encodes to no tokens", corpus.string());

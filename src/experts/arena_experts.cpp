@@ -4,9 +4,11 @@
 #include "experts/arena_experts.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/units.h"
 #include "experts/arena_job.h"
 #include "experts/loader.h"
@@ -53,9 +55,17 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
       device_(cfg.backend && !cfg.backend->is_host()),
       note_(cfg.note),
       validate_(cfg.validate),
+      async_copies_(cfg.async_host_copies),
       stats_(stats ? stats : &own_stats_) {
   prefetch_limit_ = cfg.prefetch_limit ? cfg.prefetch_limit : size_t(max_batch());
+  const auto t0 = std::chrono::steady_clock::now();
   allocate_memory(cfg);
+  if (cfg.prefault) prefault_all(cfg.huge_pages);
+  setup_.ns = uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  arena_job_.assign(cfg.hot_slots + cfg.transient_slots, nullptr);
+  host_job_.assign(cfg.host_slots, nullptr);
   for (const std::string& p : index_.shard_paths())
     files_.push_back(io::DirectFile::open(p, cfg.direct));
   fallback_noted_.assign(files_.size(), 0);
@@ -78,6 +88,9 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
   s.host_slots = cfg.host_slots;
   s.total_experts = index_.total_experts();
   s.pinned = res_.policy().pinned_count();
+  s.setup_ns = setup_.ns;
+  s.prefault_bytes = setup_.prefault.bytes;
+  s.huge_pages = setup_.prefault.huge;
   s.resize_layers(size_t(index_.num_layers()));
   s.start_process_io();
   note_fallbacks();
@@ -110,6 +123,22 @@ void ArenaExperts::allocate_memory(const ArenaConfig& cfg) {
         "expert arena: {} staging slots are fewer than a batch ({})", staging, max_batch());
   staging_base_ = allocate(*backend_, staging_dev_, staging, slot_bytes_, true, "read staging");
   for (size_t i = staging; i-- > 0;) staging_free_.push_back(int32_t(i));
+}
+
+// Host memory of the tiers is made resident now (huge pages where the kernel
+// allows; none on pinned memory of a device backend), not at its first use.
+void ArenaExperts::prefault_all(bool huge) {
+  const size_t slots = res_.config().hot_slots + res_.config().transient_slots;
+  auto one = [&](std::byte* p, size_t n, bool want_huge) {
+    const PrefaultResult r = prefault(p, n, want_huge, global_pool());
+    setup_.prefault.bytes += r.bytes;
+    setup_.prefault.huge |= r.huge;
+    setup_.prefault.populate |= r.populate;
+    setup_.prefault.ns += r.ns;
+  };
+  if (!device_) one(arena_base_, slots * slot_bytes_, huge);
+  one(host_base_, res_.config().host_slots * slot_bytes_, huge && !device_);
+  if (device_) one(staging_base_, (staging_free_.size()) * slot_bytes_, false);
 }
 
 int64_t ArenaExperts::max_batch() const {
@@ -198,8 +227,12 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
   res_.hold(rq.plan);
   for (PlanStep& st : rq.plan.steps)
     if (std::find(late_.begin(), late_.end(), st.key) != late_.end()) st.in_flight = true;
-  copy_tiers(rq.plan);
+  if (sync_copies()) copy_tiers(rq.plan);
   rq.job = make_job(rq.plan, layer, false);
+  // No other ticket open: the caller waits for this one at once (the MoE
+  // block's first batch, acquire), so copies alone are made here, on the
+  // caller's threads, without a hand-off to the loader.
+  if (rq.job && run_inline(*rq.job, open_ == 1)) rq.job.reset();
   if (rq.job) {
     rq.job->request = idx;
     push(rq.job.get());
@@ -210,20 +243,26 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
 }
 
 // An expert of keys_ that an earlier request (a prefetch, or another open
-// ticket) is still reading: wait for that read and reap it. The use then
-// counts as hits.loading, or as a miss when that read failed.
+// ticket) is still reading or copying: wait for that job and reap it. A use
+// of an expert read from storage then counts as hits.loading, or as a miss
+// when that read failed; one of an expert copied from the host tier counts
+// as the hit it is once copied (as when copies were synchronous).
 void ArenaExperts::wait_for_loading_keys(int64_t layer) {
   late_.clear();
   for (ExpertKey k : keys_) {
     Job* j = loading_job_[k];
     if (!j) continue;
+    const bool read = std::any_of(j->loads.begin(), j->loads.end(),
+                                  [&](const LoadJob::Load& l) { return l.key == k; });
     wait_job(j, layer);
-    if (res_.state(k) != KeyState::Absent) late_.push_back(k);
+    if (read && res_.state(k) != KeyState::Absent) late_.push_back(k);
   }
 }
 
-// Spills (arena -> host) first, then host hits (host -> arena): a slot may be
-// spilled and refilled within one plan, never the other way round.
+// Copies on the owner's thread (a device arena: on the backend's stream; a
+// host arena without async_host_copies: memcpy): spills (arena -> host)
+// first, then host hits (host -> arena): a slot may be spilled and refilled
+// within one plan, never the other way round. (Else: add_copies.)
 void ArenaExperts::copy_tiers(const Plan& plan) {
   for (const Spill& sp : plan.spills) {
     const size_t n = index_.record(sp.key).slot_bytes;
@@ -295,9 +334,10 @@ void ArenaExperts::prefetch(int64_t layer, std::span<const int32_t> ids, Phase p
   for (const PlanStep& st : plan.steps) pf_cost_[st.key] = 0;  // set when its read is reaped
   res_.hold(plan);
   prefetch_held_ += plan.steps.size();
-  copy_tiers(plan);
+  if (sync_copies()) copy_tiers(plan);
   std::unique_ptr<Job> reads = make_job(plan, layer, true);
-  if (!reads) {  // host-tier copies only: done already
+  if (reads && run_inline(*reads, false)) reads.reset();
+  if (!reads) {  // host-tier copies only, made already
     res_.commit(plan);
     res_.release(plan);
     prefetch_held_ -= plan.steps.size();

@@ -25,6 +25,28 @@
 // A staging slot is reused only after a backend->synchronize() that follows
 // its copy.
 //
+// Host-tier copies. When the arena is host memory (no backend, or a host
+// backend) the copies a plan needs (spills arena -> host, then host hits
+// host -> arena) are part of its load job: they run off the caller's thread
+// before the job's reads, split over threads (experts/copy_work.h), so that
+// they overlap compute like reads do; their experts are Loading until the job
+// is reaped. Two jobs that touch one slot (a spill reads what a later job
+// writes, a later spill writes a host slot an earlier fill reads) run in push
+// order: a job is pushed only after every unreaped job touching its slots
+// (arena_job_, host_job_) is reaped. A job of copies alone is not handed to
+// the loader when that cannot pay: when it is small (kInlineCopyBytes; the
+// hand-off costs more than the copy), or when no other ticket is open (the
+// caller waits for it at once); it is then copied inside submit, on the
+// caller's thread and the pool's. A use that waits for an expert still
+// being copied is not a hits.loading (that is for storage reads): it counts
+// as where its bytes are once copied, exactly as with synchronous copies. On
+// a device arena the copies stay on the owner's thread (to_device / to_host,
+// the backend's one stream).
+//
+// Set-up. The arena, host tier and staging slots that are host memory are
+// pre-faulted at construction (experts/prefault.h; huge pages where the
+// kernel allows), so no request pays a first touch; setup() says what it took.
+//
 // Threading protocol: as ExpertProvider — every public call on the owner's
 // thread; the loader thread only runs LoadJobs (reads and validation of host
 // bytes; experts/loader.h). Everything else (Residency, tickets, stats,
@@ -43,6 +65,7 @@
 #include "backend/backend.h"
 #include "core/buffer.h"
 #include "experts/index.h"
+#include "experts/prefault.h"
 #include "experts/provider.h"
 #include "experts/residency.h"
 #include "experts/stats.h"
@@ -66,6 +89,11 @@ struct ArenaConfig {
   Backend* backend = nullptr;  // memory through the backend seam (above); null: host buffers
   size_t staging_slots = 0;    // device path: read staging slots (0: max_batch + prefetch_limit)
   size_t prefetch_limit = 0;   // most experts prefetch loads hold at once (0: max_batch)
+  // Host arena: host-tier copies in the load jobs, split over threads (false:
+  // one memcpy each inside submit, as before issue 12; kept for A/B runs).
+  bool async_host_copies = true;
+  bool prefault = true;    // pre-fault the tiers' host memory at set-up (see "Set-up")
+  bool huge_pages = true;  // with it, ask for transparent huge pages (host arena)
   // One-line notes the CLI may print (an O_DIRECT fallback); null: none.
   std::function<void(const std::string&)> note;
 };
@@ -95,9 +123,16 @@ class ArenaExperts final : public ExpertProvider {
   ExpertStats& stats() { return *stats_; }
   const std::string& reader_name() const { return reader_name_; }
   bool device_slots() const { return device_; }  // slots are device memory (staged reads)
+  // What the set-up took: allocation and pre-faulting of the host memory.
+  struct Setup {
+    uint64_t ns = 0;
+    PrefaultResult prefault;  // summed over the buffers; ns: the pre-faulting alone
+  };
+  const Setup& setup() const { return setup_; }
 
  private:
   struct Job;
+  static constexpr uint64_t kInlineCopyBytes = uint64_t(1) << 20;
   struct Request {
     uint32_t gen = 0;
     bool open = false, waited = false, failed = false;
@@ -118,8 +153,14 @@ class ArenaExperts final : public ExpertProvider {
   void free_request(uint32_t index);
   void wait_for_loading_keys(int64_t layer);
   void make_staging_room(size_t n);
-  void copy_tiers(const Plan& plan);
+  bool sync_copies() const { return device_ || !async_copies_; }
+  void copy_tiers(const Plan& plan);  // sync_copies(): the copies on the owner's thread
   std::unique_ptr<Job> make_job(const Plan& plan, int64_t layer, bool prefetch);
+  void add_copies(const Plan& plan, Job& job);  // host arena: the copies into the job
+  void add_reads(const PlanStep& st, Job& job);
+  void order_after_slot_users(Job& job);
+  bool run_inline(Job& job, bool waited_at_once);
+  void prefault_all(bool huge);
   void push(Job* job);
   void reap(Job* job);
   void reap_finished();
@@ -144,6 +185,7 @@ class ArenaExperts final : public ExpertProvider {
   std::vector<uint8_t> fallback_noted_;                  // [shards]
   std::function<void(const std::string&)> note_;
   bool validate_ = true;
+  bool async_copies_ = true;
   size_t prefetch_limit_ = 0, prefetch_held_ = 0;
   ExpertStats own_stats_;
   ExpertStats* stats_ = nullptr;
@@ -154,7 +196,10 @@ class ArenaExperts final : public ExpertProvider {
   size_t open_ = 0;
   std::vector<std::unique_ptr<Job>> prefetch_jobs_;
   std::deque<Job*> inflight_;      // pushed, not reaped; oldest first
-  std::vector<Job*> loading_job_;  // [num_keys] the job reading the key, or null
+  std::vector<Job*> loading_job_;  // [num_keys] the job reading or copying the key, or null
+  std::vector<Job*> arena_job_;    // [arena slots] last unreaped job touching the slot, or null
+  std::vector<Job*> host_job_;     // [host slots] last unreaped job touching the slot, or null
+  Setup setup_;
   std::vector<uint8_t> last_hit_;  // [num_keys] latest use was a hot/transient hit
   std::vector<uint64_t> pf_cost_;  // [num_keys] load time share of a prefetched key
   // Scratch of one call.

@@ -17,7 +17,8 @@ struct ArenaExperts::Job : LoadJob {
   Plan plan;                     // a prefetch's plan (a request's plan is in the Request)
   std::vector<int32_t> slots;    // [loads] arena slot
   std::vector<int32_t> staging;  // [loads] staging slot (device path) or -1
-  bool reaped = false;           // committed or aborted by the owner
+  std::vector<int32_t> arena_touch, host_touch;  // slots its copies and reads touch (host path)
+  bool reaped = false;                           // committed or aborted by the owner
 };
 
 }  // namespace moetier

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <exception>
 
+#include "core/thread_pool.h"
+
 namespace moetier {
 
 namespace {
@@ -67,11 +69,15 @@ uint64_t Loader::wait(LoadJob* job) {
     lock.unlock();
     {
       std::lock_guard run_lock(run_mu_);
-      run(*job);
+      run(*job, true);
     }
     lock.lock();
     job->state = LoadJob::State::Done;
     done_cv_.notify_all();
+  } else if (job->state == LoadJob::State::Running && !job->copies.empty()) {
+    lock.unlock();  // help the loader thread with the copies left (none once its reads began)
+    job->copies.run_on(global_pool());
+    lock.lock();
   }
   done_cv_.wait(lock, [&] { return job->state == LoadJob::State::Done; });
   return now_ns() - t0;
@@ -89,7 +95,7 @@ void Loader::thread_main() {
     lock.unlock();
     {
       std::lock_guard run_lock(run_mu_);
-      run(*job);
+      run(*job, false);
     }
     lock.lock();
     job->state = LoadJob::State::Done;
@@ -97,9 +103,19 @@ void Loader::thread_main() {
   }
 }
 
-// One batched read for every request of the job, then validation of each
-// expert's bytes. The first problem wins.
-void Loader::run(LoadJob& job) {
+// The copies, then one batched read for every request of the job, then
+// validation of each expert's bytes read. The first problem wins.
+void Loader::run(LoadJob& job, bool owner) {
+  if (!job.copies.empty()) {
+    const uint64_t c0 = now_ns();
+    if (owner) {
+      job.copies.run_on(global_pool());
+    } else {
+      job.copies.finish();
+    }
+    job.copy_ns = now_ns() - c0;
+  }
+  if (job.reqs.empty()) return;
   const io::IoCounters before = reader_->counters();
   const uint64_t t0 = now_ns();
   try {

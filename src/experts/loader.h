@@ -1,6 +1,7 @@
-// Loader: runs batches of storage reads (LoadJob: the reads of one submit or
-// prefetch, then the validation of the bytes) off the caller's thread, so that
-// ExpertProvider::submit() returns before the bytes arrive.
+// Loader: runs the loads of one submit or prefetch (LoadJob: its host-tier
+// copies, then its batched storage reads, then the validation of the bytes
+// read) off the caller's thread, so that ExpertProvider::submit() returns
+// before the bytes arrive and the copies overlap the caller's compute.
 //
 // Threading protocol (the house rule: written down, checked by tests under
 // MOETIER_THREADS=1 and 2):
@@ -14,6 +15,11 @@
 //     demand jobs before prefetch jobs; or on the owner's thread inside
 //     wait(job) when that job has not started yet (a caller that waits at once
 //     pays no hand-off).
+//   - A job's copies (experts/copy_work.h) run before its reads. On the
+//     loader thread they run on that thread alone (the caller is computing on
+//     the thread pool); an owner that waits for a running job helps with the
+//     copies left, on the pool's threads; a job run inside wait() copies on
+//     the pool's threads from the start.
 //   - The runner writes a job's results before it marks the job done under
 //     mu_; the owner reads them after seeing done under mu_.
 //   - The destructor lets the running job finish and runs the queued ones
@@ -29,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "experts/copy_work.h"
 #include "experts/index.h"
 #include "io/reader.h"
 
@@ -45,11 +52,13 @@ struct LoadJob {
     ExpertKey key = 0;
     const std::byte* bytes = nullptr;  // host bytes of the expert's slot image
   };
-  std::vector<Load> loads;  // the experts read; validated in this order
+  std::vector<Load> loads;        // the experts read; validated in this order
+  CopyWork copies;                // host-tier spills and fills, run before the reads
+  std::vector<ExpertKey> filled;  // the experts the fills bring into the arena
   // Results, written by the runner.
   std::string problem;  // "" or the first failure, naming shard, tensor, layer, expert
   io::IoCounters io;    // what the reads added to the reader's counters
-  uint64_t read_ns = 0, validate_ns = 0;
+  uint64_t read_ns = 0, validate_ns = 0, copy_ns = 0;
   // Guarded by the Loader's mutex.
   enum class State : uint8_t { Idle, Queued, Running, Done };
   State state = State::Idle;
@@ -72,7 +81,7 @@ class Loader {
   std::string reader_name() const { return reader_->name(); }
 
  private:
-  void run(LoadJob& job);  // run_mu_ held
+  void run(LoadJob& job, bool owner);  // run_mu_ held; owner: on the owner's thread
   void thread_main();
 
   std::unique_ptr<io::Reader> reader_;

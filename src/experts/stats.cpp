@@ -144,7 +144,7 @@ void ExpertStats::sample_process_io() {
 void ExpertStats::reset_counters() {
   for (auto& l : layers) l = LayerCounters{};
   read_requests = aligned_read_bytes = direct_reads = buffered_reads = 0;
-  host_copy_bytes = validate_ns = failed_acquires = overlapped_submits = 0;
+  host_copy_bytes = host_copy_ns = validate_ns = failed_acquires = overlapped_submits = 0;
   prefetch = PrefetchCounters{};
   last_error.clear();
   start_process_io();
@@ -161,7 +161,10 @@ nlohmann::json ExpertStats::to_json() const {
                  {"transient_slots", transient_slots},
                  {"host_slots", host_slots},
                  {"total_experts", total_experts},
-                 {"pinned", pinned}};
+                 {"pinned", pinned},
+                 {"setup_s", double(setup_ns) * 1e-9},
+                 {"prefault_bytes", prefault_bytes},
+                 {"huge_pages", huge_pages}};
   j["total"] = total().to_json();
   nlohmann::json per = nlohmann::json::array();
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -178,6 +181,7 @@ nlohmann::json ExpertStats::to_json() const {
              {"fallback_files", fallback_files},
              {"fallback_notes", fallback_notes},
              {"host_copy_bytes", host_copy_bytes},
+             {"host_copy_s", double(host_copy_ns) * 1e-9},
              {"validate_s", double(validate_ns) * 1e-9},
              {"overlapped_submits", overlapped_submits},
              {"process_read_bytes",
@@ -208,6 +212,12 @@ std::string ExpertStats::format() const {
            t.steps ? fmt::format("{:.1f}% of {}", 100 * share(t.all_hit_steps, t.steps), t.steps)
                    : std::string("n/a"),
            double(t.stall_ns) * 1e-9, t.hot_evictions, t.ring_evictions);
+  if (setup_ns || host_copy_bytes) {
+    appendln(s, "  set-up {:.3f} s ({} pre-faulted{}); host-tier copies {} in {:.3f} s",
+             double(setup_ns) * 1e-9, format_bytes(prefault_bytes),
+             huge_pages ? ", huge pages" : "", format_bytes(host_copy_bytes),
+             double(host_copy_ns) * 1e-9);
+  }
   if (buffered_reads || fallback_files) {
     appendln(s, "  buffered reads {} (O_DIRECT refused on {} shard(s))", buffered_reads,
              fallback_files);

@@ -18,6 +18,7 @@
 //   stall        wall time the caller was blocked waiting for storage reads
 //   prefetch     PrefetchCounters below: hints, loads started, accuracy
 //                (used / wasted), bytes, and the stall that remained
+//   setup        allocating and pre-faulting the arena and host tier (once)
 //   process_read_bytes  /proc/self/io read_bytes since the provider started
 //                (the whole process: includes page faults on mapped weights)
 // Only successful acquires are counted; a failed one counts in failed_acquires.
@@ -84,6 +85,9 @@ struct ExpertStats {
   uint64_t hot_slots = 0, transient_slots = 0, host_slots = 0;
   uint64_t total_experts = 0;  // experts in the model (MoE layers x experts)
   uint64_t pinned = 0;
+  uint64_t setup_ns = 0;        // allocating and pre-faulting the tiers' memory
+  uint64_t prefault_bytes = 0;  // host memory made resident at set-up
+  bool huge_pages = false;      // transparent huge pages were accepted for it
 
   std::vector<LayerCounters> layers;  // [num_hidden_layers]
   PrefetchCounters prefetch;
@@ -96,6 +100,7 @@ struct ExpertStats {
   uint64_t fallback_files = 0;              // shards read buffered (O_DIRECT refused)
   std::vector<std::string> fallback_notes;  // one line per such shard
   uint64_t host_copy_bytes = 0;             // arena <-> host tier copies
+  uint64_t host_copy_ns = 0;                // wall time of those copies (in the load jobs)
   uint64_t validate_ns = 0;
   uint64_t overlapped_submits = 0;  // submits made while another request was open
   uint64_t failed_acquires = 0;

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <string_view>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "format/json_util.h"
@@ -121,10 +123,12 @@ struct CheckpointLoader {
   }
 
   void load_indexed(const Index& idx) {
-    std::map<std::string, size_t> shard_names;  // file -> number of tensors mapped to it
-    for (const auto& [t, s] : idx.weight_map) ++shard_names[s];
+    // file -> the tensors the index maps to it (so each shard's check is linear in its own)
+    std::map<std::string, std::vector<const std::string*>> shard_names;
+    for (const auto& [t, s] : idx.weight_map) shard_names[s].push_back(&t);
     bool all_clean = true;
-    for (const auto& [shard, count] : shard_names) {
+    for (const auto& [shard, names] : shard_names) {
+      const size_t count = names.size();
       std::error_code ec;
       if (!std::filesystem::exists(ck.dir_ / shard, ec)) {
         problems.push_back(
@@ -137,19 +141,20 @@ struct CheckpointLoader {
       bool clean = false;
       auto ts = parse_shard(shard, clean);
       all_clean &= clean;
-      cross_check(shard, idx, ts, clean);
+      cross_check(shard, idx, names, ts, clean);
     }
     if (all_clean && idx.total_size) check_total(*idx.total_size);
   }
 
-  void cross_check(const std::string& shard, const Index& idx, std::vector<TensorInfo>& ts,
+  void cross_check(const std::string& shard, const Index& idx,
+                   const std::vector<const std::string*>& mapped, std::vector<TensorInfo>& ts,
                    bool clean) {
     std::string f = at(shard);
-    std::map<std::string, bool> here;
+    std::unordered_set<std::string_view> here;  // views of idx's keys found in this shard
     for (auto& t : ts) {
-      here[t.name] = true;
       shard_bytes += t.nbytes();
       auto it = idx.weight_map.find(t.name);
+      if (it != idx.weight_map.end()) here.insert(it->first);
       if (it == idx.weight_map.end()) {
         problems.push_back(
             fmt::format("{}: tensor '{}': present in this shard but not listed in "
@@ -165,10 +170,10 @@ struct CheckpointLoader {
       }
     }
     if (!clean) return;  // entries that failed to parse were reported already
-    for (const auto& [name, s] : idx.weight_map) {
-      if (s == shard && !here.count(name))
+    for (const std::string* name : mapped) {
+      if (!here.count(*name))
         problems.push_back(fmt::format("{}: tensor '{}': listed in {} but absent from this shard",
-                                       f, printable(name), kIndexName));
+                                       f, printable(*name), kIndexName));
     }
   }
 

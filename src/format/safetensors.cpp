@@ -9,8 +9,8 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <unordered_set>
 
+#include "format/header_json.h"
 #include "format/json_util.h"
 
 namespace moetier {
@@ -79,32 +79,23 @@ bool read_header_text(const std::filesystem::path& path, Shard& shard, std::stri
   return true;
 }
 
-// Parses the header JSON, reporting a duplicated top-level key (nlohmann would keep the last).
-std::optional<json> parse_header_json(const std::string& text, HeaderCtx& c) {
-  std::unordered_set<std::string> seen;
-  std::string dup;
-  auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::key && depth == 1 && parsed.is_string() &&
-        !seen.insert(parsed.get<std::string>()).second && dup.empty())
-      dup = parsed.get<std::string>();
-    return true;
-  };
-  std::optional<json> j;
-  try {
-    j = json::parse(text.begin(), text.end(), cb);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    auto at = what.find("parse error");
+// Parses the header JSON (format/header_json.h), reporting a duplicated
+// top-level key (json::parse would keep the last one silently).
+std::optional<detail::HeaderJson> parse_header_json(const std::string& text, HeaderCtx& c) {
+  detail::HeaderJson h;
+  if (!detail::parse_header_entries(text, h)) {
+    auto at = h.error.find("parse error");
     c.add("header is not valid JSON: {}",
-          printable(at == std::string::npos ? what : what.substr(at)));
+          printable(at == std::string::npos ? h.error : h.error.substr(at)));
     return std::nullopt;
   }
-  if (!j->is_object()) {
-    c.add("header is {}, expected a JSON object", json_kind(*j));
+  if (!h.is_object) {
+    c.add("header is {}, expected a JSON object", json_kind(h.other));
     return std::nullopt;
   }
-  if (!dup.empty()) c.add("tensor '{}': listed twice in the header", printable(dup));
-  return j;
+  if (!h.duplicate.empty())
+    c.add("tensor '{}': listed twice in the header", printable(h.duplicate));
+  return h;
 }
 
 void check_metadata(const json& v, HeaderCtx& c) {
@@ -251,10 +242,11 @@ std::vector<TensorInfo> parse_header(const std::filesystem::path& file, uint32_t
   std::vector<TensorInfo> out;
   if (!read_header_text(file, shard, text, problems)) return out;
   HeaderCtx c{file.string(), shard_index, shard.file_size - shard.data_offset, problems};
-  auto j = parse_header_json(text, c);
-  if (!j) return out;
+  auto h = parse_header_json(text, c);
+  if (!h) return out;
   size_t before = problems.size();
-  for (const auto& [name, v] : j->items()) {
+  out.reserve(h->entries.size());
+  for (const auto& [name, v] : h->entries) {
     if (name == "__metadata__") {
       check_metadata(v, c);
     } else if (auto t = parse_entry(name, v, c)) {

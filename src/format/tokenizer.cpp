@@ -344,6 +344,21 @@ std::string Tokenizer::token_text(int32_t id) const {
 
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
+const std::string& Tokenizer::file() const { return impl_->file; }
+
+std::optional<std::string> tokenizer_vocab_problem(const Tokenizer& tok, int64_t vocab_size,
+                                                   const fs::path& model_dir) {
+  if (tok.vocab_size() <= vocab_size) return std::nullopt;
+  return fmt::format(
+      "{}: token ids reach {} (a vocabulary of {} ids), past the model's vocab_size {} ({})",
+      tok.file(), tok.vocab_size() - 1, tok.vocab_size(), vocab_size,
+      (model_dir / "config.json").string());
+}
+
+void check_tokenizer_fits(const Tokenizer& tok, int64_t vocab_size, const fs::path& model_dir) {
+  if (auto p = tokenizer_vocab_problem(tok, vocab_size, model_dir)) throw Error(*p);
+}
+
 std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
   auto it = impl_->added_by_content.find(token);
   if (it != impl_->added_by_content.end()) return it->second;

@@ -72,12 +72,24 @@ class Tokenizer {
   std::string token_bytes(int32_t id, bool skip_special_tokens = false) const;
   // True when the decoder joins tokens with " " (no decoder in the file).
   bool joins_with_space() const;
+  // The tokenizer.json it was loaded from.
+  const std::string& file() const;
 
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// A tokenizer whose ids reach past the model's vocabulary would index past
+// its embedding and LM head: the one line refusing it, "TOKENIZER.json: token
+// ids reach N - 1 (a vocabulary of N ids), past the model's vocab_size V
+// (DIR/config.json)", or nullopt when they fit (model_dir: the checkpoint).
+std::optional<std::string> tokenizer_vocab_problem(const Tokenizer& tok, int64_t vocab_size,
+                                                   const std::filesystem::path& model_dir);
+// Throws Error with that line.
+void check_tokenizer_fits(const Tokenizer& tok, int64_t vocab_size,
+                          const std::filesystem::path& model_dir);
 
 // Emits decoded text as token ids arrive, holding back a trailing partial
 // UTF-8 character until it completes. The concatenation of all push() results

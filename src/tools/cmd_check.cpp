@@ -1,17 +1,35 @@
-// moetier check DIR: validates a checkpoint directory; every problem is one
-// line on stderr and the exit status is 1, or "ok: ..." on stdout.
+// moetier check DIR: validates a checkpoint directory (and the tokenizer.json
+// beside it, if any); every problem is one line on stderr and the exit status
+// is 1, or "ok: ..." on stdout.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "format/tokenizer.h"
+#include "model/architecture.h"
 #include "model/check.h"
 #include "tools/command.h"
 
 namespace moetier::tools {
 namespace {
+
+// A tokenizer.json beside a valid checkpoint must load, and its ids must fit
+// the model's vocabulary (what every command that loads both refuses).
+void check_tokenizer(const Checkpoint& ck, std::vector<std::string>& problems) {
+  std::error_code ec;
+  if (!std::filesystem::exists(ck.dir() / "tokenizer.json", ec)) return;
+  try {
+    const Tokenizer tok = Tokenizer::load(ck.dir());
+    if (auto p = tokenizer_vocab_problem(tok, model_spec(ck).vocab_size, ck.dir()))
+      problems.push_back(*p);
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+  }
+}
 
 void run_check(const std::string& dir) {
   std::vector<std::string> problems;
@@ -19,6 +37,7 @@ void run_check(const std::string& dir) {
   try {
     problems = check_checkpoint(dir);
     if (problems.empty()) ck = Checkpoint::open(dir);
+    if (ck) check_tokenizer(*ck, problems);
   } catch (const std::exception& e) {  // check_checkpoint should not throw; never crash if it does
     problems.push_back(e.what());
   }

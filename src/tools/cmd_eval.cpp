@@ -127,6 +127,7 @@ auto in_arm(const Named& arm, F&& f) -> decltype(f()) {
 // Corpus ids under arm 0's tokenizer; every other arm's tokenizer must give
 // the same ids for every corpus (and the same vocabulary size).
 std::vector<Corpus> tokenize_corpora(const std::vector<Named>& arms,
+                                     const std::vector<int64_t>& model_vocab,
                                      const std::vector<Named>& sources) {
   std::vector<std::string> texts;
   std::vector<Corpus> out;
@@ -136,7 +137,11 @@ std::vector<Corpus> tokenize_corpora(const std::vector<Named>& arms,
   }
   int32_t vocab0 = 0;
   for (size_t a = 0; a < arms.size(); ++a) {
-    const Tokenizer tok = in_arm(arms[a], [&] { return Tokenizer::load(arms[a].path); });
+    const Tokenizer tok = in_arm(arms[a], [&] {
+      Tokenizer t = Tokenizer::load(arms[a].path);
+      check_tokenizer_fits(t, model_vocab[a], arms[a].path);
+      return t;
+    });
     if (a == 0) vocab0 = tok.vocab_size();
     check(tok.vocab_size() == vocab0,
           "--arm {} ({}) and --arm {} ({}): tokenizers differ (vocabulary {} vs {})", arms[0].name,
@@ -170,18 +175,22 @@ void check_windows(std::vector<Corpus>& corpora, const EvalArgs& a) {
 }
 
 // Before any corpus is read: every arm is a checkpoint directory of a supported
-// architecture whose context holds a window of --max-tokens.
-void check_arms(const std::vector<Named>& arms, const EvalArgs& a) {
+// architecture whose context holds a window of --max-tokens. Returns their
+// vocab_size.
+std::vector<int64_t> check_arms(const std::vector<Named>& arms, const EvalArgs& a) {
+  std::vector<int64_t> vocab;
   for (const Named& arm : arms) {
     in_arm(arm, [&] {
       auto ck = Checkpoint::open(arm.path);
       const ModelSpec cfg = model_spec(*ck);
+      vocab.push_back(cfg.vocab_size);
       const ContextLimit lim = context_limit(a.ctx, cfg, arm.path, "--arm " + arm.name + ": ");
       check(a.max_tokens <= lim.tokens,
             "--max-tokens {} exceeds the context of {} ({}); lower --max-tokens or {}",
             a.max_tokens, lim.tokens, lim.source, lim.remedy);
     });
   }
+  return vocab;
 }
 
 // Arena unless --mapped or no arena sizing flag: eval defaults to the mmap.
@@ -348,9 +357,9 @@ void run_eval(const EvalArgs& a) {
   const std::vector<Named> arms = parse_named("--arm", "DIR", a.arms);
   const std::vector<Named> sources = parse_named("--corpus", "FILE", a.corpora);
   if (a.threads > 0) cpu::set_threads(a.threads);
-  check_arms(arms, a);
+  const std::vector<int64_t> vocab = check_arms(arms, a);
 
-  std::vector<Corpus> corpora = tokenize_corpora(arms, sources);
+  std::vector<Corpus> corpora = tokenize_corpora(arms, vocab, sources);
   check_windows(corpora, a);
   std::vector<ArmResult> results;
   for (const Named& arm : arms)

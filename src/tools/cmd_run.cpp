@@ -128,6 +128,7 @@ void run(const RunArgs& a) {
   const Sampling sampling = resolve_sampling(a, gen);
   Sampler check_settings(sampling.config);  // refuses bad values before the prompt is encoded
   Tokenizer tok = Tokenizer::load(a.dir);
+  check_tokenizer_fits(tok, spec.vocab_size, a.dir);
   const std::vector<int32_t> prompt = tok.encode(a.prompt);
   check(!prompt.empty(), "--prompt: the prompt encodes to no tokens");
   check_context(a, spec, prompt.size());

@@ -139,6 +139,7 @@ void trace(const TraceArgs& a) {
         "--decode, or {}",
         a.window, a.decode, a.window + a.decode, lim.tokens, lim.source, lim.remedy);
   Tokenizer tok = Tokenizer::load(a.dir);
+  check_tokenizer_fits(tok, model.spec().vocab_size, a.dir);
   MappedExperts experts(*ck, model.spec());
   TraceWriter writer(a.out, make_header(a, model));
   TraceRecorder rec(writer, model.spec());

@@ -1,7 +1,8 @@
 // What every command refuses before computing, each with one line and exit
 // status 1, within a second: a checkpoint whose architecture `moetier check`
 // refuses (the same line), a DIR that is not a checkpoint directory, and a
-// sequence longer than the context (run, trace, eval).
+// sequence longer than the context (run, trace, eval), a tokenizer whose ids
+// reach past the model's vocabulary (check, run, trace, eval, repack --calib).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -200,4 +201,57 @@ TEST(CliRefusals, TraceAndEvalRefuseWindowsBeyondTheContext) {
       "eval --arm a=" + quote(dir) + " --corpus c=" + s / "corpus.txt" + " --max-tokens 512",
       "--arm a: --max-tokens 512 exceeds the context of 256" + ctx +
           "lower --max-tokens or pass --ctx N");
+}
+
+namespace {
+
+// A copy of the bf16 fixture (vocab_size 384) whose tokenizer.json has one
+// more added token, id 390: ids reach past the model's vocabulary.
+fs::path tokenizer_past_vocab(const Scratch& s) {
+  const fs::path dir = s / "ck";
+  fs::copy(fixture("qwen3moe-bf16"), dir, fs::copy_options::recursive);
+  auto tok = nlohmann::json::parse(slurp(dir / "tokenizer.json"));
+  tok["added_tokens"].push_back({{"id", 390},
+                                 {"content", "<|past|>"},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false},
+                                 {"special", true}});
+  write_text(dir / "tokenizer.json", tok.dump());
+  return dir;
+}
+
+std::string vocab_line(const fs::path& dir) {
+  return (dir / "tokenizer.json").string() +
+         ": token ids reach 390 (a vocabulary of 391 ids), past the model's vocab_size 384 (" +
+         (dir / "config.json").string() + ")";
+}
+
+class TokenizerPastVocab : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(TokenizerPastVocab, EveryCommandLoadingBothRefusesNamingBothSizes) {
+  Scratch s;
+  const fs::path dir = tokenizer_past_vocab(s);
+  std::string cmd = command_on(GetParam(), dir.string(), s);  // writes corpus.txt
+  if (GetParam() == "repack")  // calibration tokenizes a corpus with the model's tokenizer
+    cmd = "repack " + quote(dir.string()) + " --experts cb3 --calib " + s / "corpus.txt" + " -o " +
+          s / "repacked";
+  expect_refused(cmd, vocab_line(dir));
+}
+
+INSTANTIATE_TEST_SUITE_P(CliRefusals, TokenizerPastVocab,
+                         ::testing::Values("run", "trace", "eval", "repack"));
+
+TEST(CliRefusals, CheckRefusesATokenizerPastTheVocabulary) {
+  Scratch s;
+  const fs::path dir = tokenizer_past_vocab(s);
+  const CliResult r = moetier::testutil::run_cli("check " + quote(dir.string()));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err, vocab_line(dir) + "\nmoetier: error: " + dir.string() + ": 1 problem found\n");
+  // the fixture as it is passes
+  const CliResult ok = moetier::testutil::run_cli("check " + quote(fixture("qwen3moe-bf16")));
+  EXPECT_EQ(ok.rc, 0) << ok.err;
 }

@@ -256,3 +256,72 @@ TEST(ArenaExperts, BadRequestsAreErrors) {
   EXPECT_EQ(v[0].gate.data, v[1].gate.data);
   EXPECT_EQ(arena.stats().total().uses, 2u);
 }
+
+// The host tier's copies run in load jobs, out of order with each other
+// (demand before prefetch, inline waits): two tickets open at a time,
+// prefetch hints in between, a host tier too small for the model (its LRU
+// slots are reused while earlier jobs may still copy from them). Every view
+// must still be the checkpoint's bytes, and the host tier must have served.
+TEST(ArenaExperts, HostTierCopiesOutOfOrderKeepEveryViewExact) {
+  for (uint32_t seed : {21u, 22u, 23u}) {
+    Loaded m(fixture(seed == 22 ? "qwen3moe-sharded" : "qwen3moe-mxfp4"));
+    ExpertIndex ix = ExpertIndex::build(*m.ck, m.cfg);
+    const size_t total = ix.total_experts();
+    ArenaConfig ac;
+    ac.hot_slots = std::max<size_t>(total / 6, size_t(m.cfg.experts_per_token) * 2);
+    ac.transient_slots = 4;
+    ac.host_slots = total / 3;
+    ExpertStats stats;
+    ArenaExperts arena(std::move(ix), ac, &stats);
+    const int64_t E = m.cfg.num_experts;
+    std::mt19937 rng(seed);
+    auto pick = [&](int64_t n) {
+      std::set<int32_t> s;
+      while (int64_t(s.size()) < n) s.insert(int32_t(rng() % uint64_t(E)));
+      return std::vector<int32_t>(s.begin(), s.end());
+    };
+    struct Open {
+      Ticket t;
+      int64_t layer;
+      std::vector<int32_t> ids;
+    };
+    std::vector<Open> open;
+    std::vector<ExpertView> views;
+    const int64_t half = std::max<int64_t>(1, arena.max_batch() / 2);
+    for (int it = 0; it < 300; ++it) {
+      const int64_t l = m.moe_layers[rng() % m.moe_layers.size()];
+      const Phase ph = rng() % 3 == 0 ? Phase::Prefill : Phase::Decode;
+      if (rng() % 3 == 0) arena.prefetch(l, pick(1 + int64_t(rng() % 3)), ph);
+      std::vector<int32_t> ids = pick(1 + int64_t(rng() % uint64_t(half)));
+      if (!open.empty() && !arena.can_overlap(l, ids, ph)) {
+        arena.release(open.front().t);  // as the MoE block: overlap only when it fits
+        open.clear();
+      }
+      open.push_back({arena.submit(l, ids, ph), l, ids});
+      if (open.size() == 2) {  // wait the older, check it, release it
+        Open o = open.front();
+        open.erase(open.begin());
+        arena.wait(o.t, views);
+        for (size_t i = 0; i < o.ids.size(); ++i)
+          expect_same(views[i], reference(*m.ck, m.cfg, o.layer, o.ids[i]),
+                      "seed " + std::to_string(seed) + " layer " + std::to_string(o.layer) +
+                          " expert " + std::to_string(o.ids[i]));
+        arena.release(o.t);
+      }
+    }
+    for (Open& o : open) {
+      arena.wait(o.t, views);
+      for (size_t i = 0; i < o.ids.size(); ++i)
+        expect_same(views[i], reference(*m.ck, m.cfg, o.layer, o.ids[i]), "last");
+      arena.release(o.t);
+    }
+    arena.drain();
+    const LayerCounters t = stats.total();
+    EXPECT_GT(t.hits_host, 0u) << seed;
+    EXPECT_GT(stats.host_copy_bytes, 0u) << seed;
+    EXPECT_EQ(t.hits() + t.misses, t.uses) << seed;
+    EXPECT_EQ(arena.open_tickets(), 0u);
+    EXPECT_GE(stats.prefault_bytes,
+              (ac.hot_slots + ac.transient_slots + ac.host_slots) * stats.slot_bytes);
+  }
+}
