@@ -103,11 +103,35 @@ void SseTimer::feed(std::string_view bytes, double t_s) {
   }
 }
 
+namespace {
+std::string completions_path(const Url& u) {
+  return u.path.size() >= 3 && u.path.substr(u.path.size() - 3) == "/v1" ? "/completions"
+                                                                         : "/v1/completions";
+}
+}  // namespace
+
+std::string endpoint_complete(const EndpointOptions& o, const std::string& prompt,
+                              int64_t max_tokens) {
+  const Url u = parse_url(o.url);
+  const std::string path = completions_path(u);
+  json b = {{"prompt", prompt},
+            {"max_tokens", max_tokens},
+            {"n_predict", max_tokens},
+            {"temperature", 0},
+            {"stream", false}};
+  if (!o.model.empty()) b["model"] = o.model;
+  const HttpResponse r = http_post(u, path, b.dump(), {}, o.timeout_s);
+  check(r.status == 200, "{}{}: HTTP {}: {}", o.url, path, r.status, r.body.substr(0, 200));
+  const json j = json::parse(r.body, nullptr, false);
+  check(!j.is_discarded() && j.contains("choices") && j["choices"].is_array() &&
+            !j["choices"].empty() && j["choices"][0].contains("text"),
+        "{}{}: a completion without choices[0].text", o.url, path);
+  return j["choices"][0]["text"].get<std::string>();
+}
+
 json run_endpoint(const EndpointOptions& o) {
   const Url u = parse_url(o.url);
-  const std::string path = u.path.size() >= 3 && u.path.substr(u.path.size() - 3) == "/v1"
-                               ? "/completions"
-                               : "/v1/completions";
+  const std::string path = completions_path(u);
   json arm = {{"name", o.name.empty() ? "endpoint " + o.url : o.name},
               {"engine", "endpoint"},
               {"version", o.url},

@@ -34,6 +34,9 @@ struct EndpointOptions {
 };
 
 nlohmann::json run_endpoint(const EndpointOptions& opt);
+// One greedy completion (not streamed): the text of choices[0].
+std::string endpoint_complete(const EndpointOptions& opt, const std::string& prompt,
+                              int64_t max_tokens);
 
 // One streamed completion's figures from its server-sent events (exposed for
 // tests): feed bytes as they arrive with the time they arrived.

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "bench/bounds.h"
+#include "bench/coherence.h"
 #include "bench/endpoint.h"
 #include "bench/runner.h"
 #include "core/atomic_file.h"
@@ -24,6 +25,7 @@
 #include "kernels/cpu/cpu.h"
 #include "model/architecture.h"
 #include "monitor/monitor.h"
+#include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tools/command.h"
 #include "tools/context.h"
@@ -37,6 +39,8 @@ using nlohmann::json;
 struct BenchArgs {
   std::string dir, workloads = "code,prose,random-8k", name, json_path, endpoint, model;
   double timeout_s = 600;
+  bool coherence = false;
+  std::string coherence_file;
   int64_t prompt_tokens = 0, gen = 0, ctx = 0;
   int runs = 3, threads = 0;
   double monitor_period = 5.0;
@@ -140,6 +144,27 @@ json result_file(const BenchArgs& a, const json& machine, const json& bounds) {
           {"arms", json::array()}};
 }
 
+// The coherence gate's result (and one line on stderr).
+json gate(const BenchArgs& a, const std::function<std::string(const std::string&, int64_t)>& gen) {
+  const auto checks = a.coherence_file.empty() ? default_coherence_checks()
+                                               : load_coherence_checks(a.coherence_file);
+  json r = run_coherence(checks, gen);
+  std::fprintf(stderr, "moetier: coherence gate: %zu prompts, %zu failures\n",
+               r["prompts"].get<size_t>(), r["failures"].get<size_t>());
+  return r;
+}
+
+// Greedy continuation of prompt on the engine, as text.
+std::string engine_complete(const Engine& e, const Tokenizer& tok, const std::string& prompt,
+                            int64_t n) {
+  const std::vector<int32_t> ids = tok.encode(prompt);
+  check(!ids.empty(), "--coherence: a prompt encodes to no tokens");
+  auto s = e.new_session(int64_t(ids.size()) + n + 1);
+  std::vector<int32_t> out{argmax(s->prefill(ids))};
+  while (int64_t(out.size()) < n) out.push_back(argmax(s->decode(out.back())));
+  return tok.decode(out);
+}
+
 // --endpoint: the workloads through an OpenAI-compatible server; DIR (when
 // given) supplies the tokenizer, for random prompts' ids and prompt counts.
 void bench_endpoint(const BenchArgs& a, const std::vector<Workload>& workloads) {
@@ -157,6 +182,9 @@ void bench_endpoint(const BenchArgs& a, const std::vector<Workload>& workloads) 
   o.vocab = tok ? tok->vocab_size() : 0;
   o.on_result = [](const std::string& l) { std::fprintf(stderr, "moetier: %s\n", l.c_str()); };
   json arm = run_endpoint(o);
+  if (a.coherence || !a.coherence_file.empty())
+    arm["coherence"] =
+        gate(a, [&](const std::string& p, int64_t n) { return endpoint_complete(o, p, n); });
   print_table(arm);
   if (a.json_path.empty()) return;
   json out = result_file(a, machine_json("endpoint " + a.endpoint, 0), json::object());
@@ -167,6 +195,7 @@ void bench_endpoint(const BenchArgs& a, const std::vector<Workload>& workloads) 
 void bench(const BenchArgs& a) {
   check(a.runs >= 1, "--runs: {} must be at least 1", a.runs);
   const std::vector<Workload> workloads = pick_workloads(a);
+  if (!a.coherence_file.empty()) load_coherence_checks(a.coherence_file);  // refused up front
   if (!a.endpoint.empty()) return bench_endpoint(a, workloads);
   check(!a.dir.empty(), "bench: a checkpoint DIR (or --endpoint URL) is needed");
   if (a.threads > 0) cpu::set_threads(a.threads);
@@ -199,6 +228,12 @@ void bench(const BenchArgs& a) {
     mon.sample_now();
   };
   json arm = run_arm(*e, tok ? &*tok : nullptr, opt, mb, b, lim.tokens);
+  if (a.coherence || !a.coherence_file.empty()) {
+    check(tok.has_value(), "--coherence: {} has no tokenizer.json", a.dir);
+    mon.set_phase("coherence");
+    arm["coherence"] =
+        gate(a, [&](const std::string& p, int64_t n) { return engine_complete(*e, *tok, p, n); });
+  }
   arm["model"] = model_json(*e, mb, a.dir);
   arm["memory"] = memory_json(*e, mb);
   arm["load_s"] = load_s;
@@ -224,6 +259,10 @@ const Registrar reg([](CLI::App& app) {
   cmd->add_option("--endpoint", a->endpoint,
                   "Drive an OpenAI-compatible server instead (http://HOST:PORT[/v1])");
   cmd->add_option("--model", a->model, "The request's model name (with --endpoint)");
+  cmd->add_flag("--coherence", a->coherence,
+                "Run the coherence gate (built-in code prompts with checkable answers)");
+  cmd->add_option("--coherence-file", a->coherence_file,
+                  "The gate's prompts: a JSON array of {\"prompt\", \"expect\"}");
   cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for the server (default 600)");
   cmd->add_option(
       "--workload", a->workloads,

@@ -33,6 +33,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         n = int(body["max_tokens"])
         prompt = body["prompt"]
+        if body.get("stream") is False:
+            msg = json.dumps({"choices": [{"text": "".join(" t%d" % i for i in range(n))}]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg.encode())
+            return
         plen = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

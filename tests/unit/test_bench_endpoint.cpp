@@ -70,7 +70,18 @@ TEST(BenchEndpoint, StreamsTheWorkloadsAndCountsTokens) {
     EXPECT_GT(run["ttft_s"].get<double>(), 0.005);  // the server's "prefill" sleep
   }
   EXPECT_TRUE(w["median"].contains("decode_tps"));
-  fs::remove(out);
+  // The gate through the endpoint (non-streamed completions: " t0 t1 ...").
+  const fs::path file = out.string() + ".gate";
+  std::ofstream(file) << R"([{"prompt": "a", "expect": "t2", "max_tokens": 4},
+                            {"prompt": "b", "expect": "t9", "max_tokens": 4}])";
+  const CliResult g = run_cli("bench --endpoint " + srv.url() +
+                              " --workload chat_short --runs 1 --coherence-file " + file.string() +
+                              " --json " + out.string());
+  ASSERT_EQ(g.rc, 0) << g.err;
+  const json gate = json::parse(slurp(out))["arms"][0]["coherence"];
+  EXPECT_EQ(gate["prompts"], 2);
+  EXPECT_EQ(gate["failures"], 1);
+  fs::remove(out), fs::remove(file);
 }
 
 TEST(BenchEndpoint, ServerAndUrlErrorsAreOneLine) {

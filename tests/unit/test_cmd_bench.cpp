@@ -114,6 +114,33 @@ TEST(CmdBench, RefusesBadWorkloadsBeforeComputing) {
   EXPECT_NE(r.err.find("--gen"), std::string::npos) << r.err;
 }
 
+TEST(CmdBench, CoherenceGateCountsFailures) {
+  const fs::path out = scratch("moetier_bench_gate"), file = scratch("moetier_gate_prompts");
+  // The built-in code prompts pass on the embedded model (greedy).
+  CliResult r = run_cli("bench " + kTiny + " --prompt-tokens 8 --gen 2 --runs 1 --no-probe " +
+                        "--coherence --json " + out.string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json g = json::parse(slurp(out))["arms"][0]["coherence"];
+  EXPECT_EQ(g["prompts"], 5);
+  EXPECT_EQ(g["failures"], 0) << g.dump();
+  // A file with one answer no model gives: one failure, with what it got.
+  std::ofstream(file) << R"([{"prompt": "for i := 0; i < n; i", "expect": "++"},
+                            {"prompt": "x", "expect": "qqqqqqqq", "max_tokens": 3}])";
+  r = run_cli("bench " + kTiny + " --prompt-tokens 8 --gen 2 --runs 1 --no-probe " +
+              "--coherence-file " + file.string() + " --json " + out.string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  g = json::parse(slurp(out))["arms"][0]["coherence"];
+  EXPECT_EQ(g["failures"], 1);
+  EXPECT_EQ(g["failed"][0]["expect"], "qqqqqqqq");
+  // A malformed file is refused before anything runs.
+  std::ofstream(file) << R"({"prompt": "x"})";
+  r = run_cli("bench " + kTiny + " --prompt-tokens 8 --gen 2 --coherence-file " + file.string());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("not a non-empty JSON array"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("run 1/"), std::string::npos) << r.err;
+  fs::remove(out), fs::remove(file);
+}
+
 TEST(Workloads, PromptsHaveTheirSizes) {
   const moetier::Tokenizer tok = moetier::Tokenizer::load(kTiny);
   const moetier::Workload lc = moetier::workload("chat_long_context");
