@@ -216,7 +216,20 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
   rq.layer = layer;
   rq.pos.assign(pos_.begin(), pos_.end());
   try {
-    res_.plan(keys_, phase, rq.plan);
+    try {
+      res_.plan(keys_, phase, rq.plan);
+    } catch (const Error&) {
+      // Slots held by prefetches still in flight (a hint taken between the
+      // caller's can_overlap() and this submit, or loads finishing late on a
+      // busy machine): wait for them, as for any cramped arena, and plan again.
+      bool waited = false;
+      for (Job* j : std::vector<Job*>(inflight_.begin(), inflight_.end()))
+        if (j->prefetch) wait_job(j, layer), waited = true;
+      if (!waited) throw;
+      res_.abort(rq.plan);
+      rq.plan = Plan{};
+      res_.plan(keys_, phase, rq.plan);
+    }
   } catch (const std::exception& e) {
     res_.abort(rq.plan);
     free_request(idx);
