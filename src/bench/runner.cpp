@@ -47,19 +47,6 @@ Snap snap(const ExpertStats& s) {
   return x;
 }
 
-LayerCounters minus(const LayerCounters& a, const LayerCounters& b) {
-  LayerCounters d;
-  d.uses = a.uses - b.uses;
-  d.hits_hot = a.hits_hot - b.hits_hot;
-  d.hits_transient = a.hits_transient - b.hits_transient;
-  d.hits_host = a.hits_host - b.hits_host;
-  d.hits_loading = a.hits_loading - b.hits_loading;
-  d.misses = a.misses - b.misses;
-  d.read_bytes = a.read_bytes - b.read_bytes;
-  d.stall_ns = a.stall_ns - b.stall_ns;
-  return d;
-}
-
 // posix_fadvise(DONTNEED) on every shard: true when every call succeeded.
 bool drop_page_cache(const Checkpoint& ck) {
   bool ok = true;
@@ -133,7 +120,9 @@ RunOut one_run(Engine& e, const std::vector<int32_t>& ids, const Workload& w, co
   const Snap s2 = snap(e.stats());
   RunOut out;
   json& r = out.j;
-  r = run_json(minus(s2.c, s0.c), s0, s2);
+  LayerCounters d = s2.c;
+  d -= s0.c;
+  r = run_json(d, s0, s2);
   const double prefill_s = seconds(s0.t, s1.t), decode_s = seconds(s1.t, s2.t);
   r["ttft_s"] = prefill_s;
   r["prompt_tps"] = double(ids.size()) / prefill_s;

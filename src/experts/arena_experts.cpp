@@ -198,6 +198,13 @@ void ArenaExperts::free_request(uint32_t i) {
   --open_;
 }
 
+bool ArenaExperts::wait_prefetches(int64_t layer) {
+  bool waited = false;
+  for (Job* j : std::vector<Job*>(inflight_.begin(), inflight_.end()))
+    if (j->prefetch) wait_job(j, layer), waited = true;
+  return waited;
+}
+
 Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase phase) {
   collect_keys(layer, ids);
   check(int64_t(keys_.size()) <= max_batch(),
@@ -205,10 +212,8 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
         keys_.size(), max_batch());
   reap_finished();
   wait_for_loading_keys(layer);  // no second read of an expert already on its way
-  if (prefetch_held_ > 0 && !res_.fits(keys_, phase)) {
-    for (Job* j : std::vector<Job*>(inflight_.begin(), inflight_.end()))
-      if (j->prefetch) wait_job(j, layer);  // prefetches must not change this batch's decisions
-  }
+  // Prefetches must not change this batch's decisions.
+  if (prefetch_held_ > 0 && !res_.fits(keys_, phase)) wait_prefetches(layer);
   if (device_) make_staging_room(keys_.size());
   if (open_ > 0) stats_->overlapped_submits++;
   const uint32_t idx = new_request();
@@ -222,10 +227,7 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
       // Slots held by prefetches still in flight (a hint taken between the
       // caller's can_overlap() and this submit, or loads finishing late on a
       // busy machine): wait for them, as for any cramped arena, and plan again.
-      bool waited = false;
-      for (Job* j : std::vector<Job*>(inflight_.begin(), inflight_.end()))
-        if (j->prefetch) wait_job(j, layer), waited = true;
-      if (!waited) throw;
+      if (!wait_prefetches(layer)) throw;
       res_.abort(rq.plan);
       rq.plan = Plan{};
       res_.plan(keys_, phase, rq.plan);

@@ -167,6 +167,8 @@ class ArenaExperts final : public ExpertProvider {
   void reap_ok(Job& job);
   void reap_failed(Job& job);
   void wait_job(Job* job, int64_t layer);
+  // Waits for (and reaps) every prefetch still in flight; false when there was none.
+  bool wait_prefetches(int64_t layer);
   void note_fallbacks();
 
   ExpertIndex index_;

@@ -8,6 +8,22 @@
 
 namespace moetier {
 
+LayerCounters& LayerCounters::operator-=(const LayerCounters& o) {
+  uses -= o.uses;
+  hits_hot -= o.hits_hot;
+  hits_transient -= o.hits_transient;
+  hits_host -= o.hits_host;
+  hits_loading -= o.hits_loading;
+  misses -= o.misses;
+  read_bytes -= o.read_bytes;
+  hot_evictions -= o.hot_evictions;
+  ring_evictions -= o.ring_evictions;
+  steps -= o.steps;
+  all_hit_steps -= o.all_hit_steps;
+  stall_ns -= o.stall_ns;
+  return *this;
+}
+
 LayerCounters& LayerCounters::operator+=(const LayerCounters& o) {
   uses += o.uses;
   hits_hot += o.hits_hot;

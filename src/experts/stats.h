@@ -52,6 +52,7 @@ struct LayerCounters {
 
   uint64_t hits() const { return hits_hot + hits_transient + hits_host + hits_loading; }
   LayerCounters& operator+=(const LayerCounters& o);
+  LayerCounters& operator-=(const LayerCounters& o);  // the counts since an earlier total()
   nlohmann::json to_json() const;
 };
 

@@ -287,3 +287,19 @@ TEST(Residency, RandomMixedPhasesWithAbortsStayConsistent) {
     }
   }
 }
+
+// operator-= undoes operator+= on every counter (the bench's per-run differences).
+TEST(LayerCounters, MinusUndoesPlus) {
+  moetier::LayerCounters a, b;
+  uint64_t v = 3;
+  for (uint64_t* f : {&a.uses, &a.hits_hot, &a.hits_transient, &a.hits_host, &a.hits_loading,
+                      &a.misses, &a.read_bytes, &a.hot_evictions, &a.ring_evictions, &a.steps,
+                      &a.all_hit_steps, &a.stall_ns})
+    *f = v, v = v * 7 + 1;
+  b = a;
+  b += a;
+  b -= a;
+  EXPECT_EQ(b.to_json(), a.to_json());
+  b -= a;
+  EXPECT_EQ(b.to_json(), moetier::LayerCounters{}.to_json());
+}
