@@ -1,7 +1,7 @@
 // cuda_ops_bench: the CUDA backend's decode ops at real shapes (Qwen3-30B-A3B:
 // hidden 2048, 32 q / 4 kv heads of 128, 128 experts of 768, top-8, vocab
 // 151936; DeepSeek-V4-Flash experts: hidden 4096, 256 experts of 2048, top-6),
-// each timed with CUDA events over many launches (median of 5 repeats of 50),
+// each timed as decode runs it: 50 calls captured in a CUDA graph and replayed,
 // beside the device's measured copy bandwidth (read + write of a 2 GiB
 // buffer): achieved GB/s of weight bytes read and the fraction of that bound.
 // Random weights, never zeros. Prints one JSON object.
@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
+#include "kernels/cuda/cuda.h"
 
 using namespace moetier;
 
@@ -72,6 +73,8 @@ MatView device_matrix(Backend& be, WeightStore& st, WeightEncoding enc, int64_t 
   return be.weights(h, st);
 }
 
+std::string fmt_T(const char* what, int64_t T) { return what + std::to_string(T); }
+
 void row(bool& first, const char* name, double us, double bytes, double bound_gbs) {
   const double gbs = bytes / (us * 1e-6) / 1e9;
   std::printf(
@@ -109,15 +112,24 @@ int main() {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : hx) v = nd(rng);
   be->to_device(x.data(), hx.data(), hx.size() * 4);
-  auto timed = [&](const std::function<void()>& f) {
-    // Event timing on the backend's stream: record through a synchronize pair.
+  // GPU time per op as decode runs it: 50 calls captured in one CUDA graph,
+  // replayed 10 times (pos / max_positions: the step the graph records).
+  auto timed = [&](const std::function<void()>& f, int64_t pos = 0, int64_t max_pos = 1) {
+    constexpr int kCalls = 50, kReplays = 10;
+    f();  // sizes the op's scratch: nothing may be allocated while recording
+    be->synchronize();
+    be->graph_begin(pos, max_pos);
+    for (int i = 0; i < kCalls; ++i) f();
+    const int g = be->graph_end();
+    be->graph_launch(g, pos, 0);
     be->synchronize();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 200; ++i) f();
+    for (int i = 0; i < kReplays; ++i) be->graph_launch(g, pos, 0);
     be->synchronize();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-               .count() /
-           200;
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    be->graph_drop(g);
+    return us / (kCalls * kReplays);
   };
   std::printf("{\n  \"device\": \"%s\",\n  \"copy_bound_gb_s\": %.1f,\n  \"ops\": [\n",
               be->name().c_str(), bound);
@@ -139,6 +151,18 @@ int main() {
                                                        : double(s.rows * s.cols) * 17.0 / 32.0;
     const double us = timed([&] { be->matmul(w, x.as<float>(), 1, y.as<float>()); });
     row(first, s.name, us, bytes, bound);
+    cuda::set_gemv_warp_rows(0);  // the other GEMV kernel, for comparison
+    const double uw = timed([&] { be->matmul(w, x.as<float>(), 1, y.as<float>()); });
+    cuda::set_gemv_warp_rows(32768);
+    row(first, (std::string(s.name) + " (warp kernel)").c_str(), uw, bytes, bound);
+  }
+  {  // q/k/v of one input in one launch (matmul_multi)
+    const MatView qkv[3] = {device_matrix(*be, st, WeightEncoding::BF16, 4096, 2048, rng),
+                            device_matrix(*be, st, WeightEncoding::BF16, 512, 2048, rng),
+                            device_matrix(*be, st, WeightEncoding::BF16, 512, 2048, rng)};
+    float* ys[3] = {y.as<float>(), y.as<float>() + 4096, y.as<float>() + 4608};
+    const double us = timed([&] { be->matmul_multi(qkv, x.as<float>(), 1, ys); });
+    row(first, "bf16 q/k/v 5120x2048 (one launch)", us, 5120.0 * 2048 * 2, bound);
   }
   // Resident experts, one token: Qwen3-30B-A3B (k 8 of 128, 768x2048) and
   // DeepSeek-V4-Flash (k 6 of 256, 2048x4096), MXFP4.
@@ -169,19 +193,28 @@ int main() {
     row(first, m.name, us, double(m.k * 3 * m.inter * m.hidden) * 17.0 / 32.0, bound);
   }
   // Decode attention at 512 and 8192 positions (32 q heads, 4 kv heads, 128).
-  for (int64_t T : {512, 8192}) {
+  for (int64_t T : {256, 512, 8192}) {
     DeviceBuffer k = be->alloc(size_t(T * 4 * 128) * 4), v = be->alloc(size_t(T * 4 * 128) * 4);
     cudaMemset(k.data(), 0x3c, k.bytes()), cudaMemset(v.data(), 0x3c, v.bytes());
     const double us = timed([&] {
       be->attention(x.as<float>(), k.as<float>(), v.as<float>(), 1, T - 1, 32, 4, 128, 0.088f,
                     y.as<float>());
+    }, T - 1, T);
+    row(first, fmt_T("attention decode T=", T).c_str(), us, double(2 * T * 4 * 128 * 4), bound);
+  }
+  {  // the router's softmax + top-8 of 128 (a latency figure)
+    DeviceBuffer ids = be->alloc(64), w = be->alloc(64), p = be->alloc(128 * 4);
+    const double us = timed([&] {
+      be->softmax_topk(x.as<float>(), 1, 128, 8, true, p.as<float>(), ids.as<int32_t>(),
+                       w.as<float>());
     });
-    row(first, T == 512 ? "attention decode T=512" : "attention decode T=8192", us,
-        double(2 * T * 4 * 128 * 4), bound);
+    row(first, "softmax top-8 of 128", us, 128 * 4, bound);
   }
   const double small =
       timed([&] { be->rmsnorm(x.as<float>(), x.as<float>(), 1, 2048, 1e-6f, y.as<float>()); });
-  row(first, "rmsnorm 2048 (launch floor)", small, 2048 * 8, bound);
+  row(first, "rmsnorm 2048", small, 2048 * 8, bound);
+  const double floor_us = timed([&] { be->fill_zero(y.as<float>(), 1); });
+  row(first, "fill of one float (the per-kernel floor)", floor_us, 4, bound);
   std::printf("\n  ]\n}\n");
   return 0;
 }

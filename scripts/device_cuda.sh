@@ -25,7 +25,7 @@ step_build() {
 }
 step_test() {
   for t in test_backend_cuda test_cuda_ops_cuda test_cuda_model_cuda test_golden_qwen3; do
-    MOETIER_CPU_ACT=f32 stdbuf -oL -eL ./$B/tests/$t >"$OUT/$t.log" 2>&1
+    MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 stdbuf -oL -eL ./$B/tests/$t >"$OUT/$t.log" 2>&1
     local rc=$?
     echo "$t: rc $rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
     grep -E "Failure|rror|Expected|Which is|\[cuda golden\]|^\[ RUN" "$OUT/$t.log" | tail -25
@@ -42,6 +42,34 @@ step_bench() {
     ./$B/src/tools/moetier run models/moetier-tiny --backend $be --prompt "$P" -n 200 --temp 0 \
       --ignore-eos --ctx 512 2>&1 >/dev/null | tail -2
   done
+}
+# A/B against an earlier commit: .carry/base-src.tar.xz (git archive of src,
+# bench, tests, cmake, scripts, CMakeLists.txt) built into $BB in the background.
+BB=/tmp/base/build-gpu
+step_base_build() {
+  rm -rf /tmp/base && mkdir -p /tmp/base && tar -xJf .carry/base-src.tar.xz -C /tmp/base || return 1
+  (cd /tmp/base && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/base-build.log" 2>&1 &&
+   nice ninja -C build-gpu moetier cuda_ops_bench >>"$OUT/base-build.log" 2>&1
+   echo "base build rc $?" >>"$OUT/base-build.log") &
+  BASE_PID=$!
+}
+step_ops() {  # the op benchmark, this tree and (when built) the base
+  ./$B/bench/cuda_ops_bench >"$OUT/cuda_ops.json" 2>&1
+  MOETIER_CUDA_ACT=f32 ./$B/bench/cuda_ops_bench 2>&1 | grep '"op": "moe' | sed 's/^/f32 activations: /'
+  wait ${BASE_PID:-} 2>/dev/null; tail -1 "$OUT/base-build.log" 2>/dev/null
+  [ -x $BB/bench/cuda_ops_bench ] && $BB/bench/cuda_ops_bench >"$OUT/cuda_ops_base.json" 2>&1
+  /usr/bin/python3 - "$OUT/cuda_ops.json" "$OUT/cuda_ops_base.json" <<'PY'
+import json, sys
+new = json.load(open(sys.argv[1]))
+try: base = {o["op"]: o for o in json.load(open(sys.argv[2]))["ops"]}
+except Exception: base = {}
+print(f"copy bound {new['copy_bound_gb_s']:.0f} GB/s")
+for o in new["ops"]:
+    b = base.get(o["op"])
+    print(f"{o['op']:48s} {o['us']:8.2f} us {o['gb_s']:7.0f} GB/s" +
+          (f"   base {b['us']:8.2f} us {b['gb_s']:7.0f} GB/s" if b else ""))
+PY
 }
 Q30=${Q30:-/tmp/q30}
 M=./$B/src/tools/moetier
@@ -63,9 +91,9 @@ step_q30() {
    echo "convert rc $?" >>"$OUT/convert.log") &
   CONVERT_PID=$!
 }
-bench_arm() {  # bench_arm NAME ARGS...
+bench_arm() {  # bench_arm NAME ARGS...  (MB=binary: another moetier)
   local name=$1; shift
-  timeout ${ARM_TIMEOUT:-120} $M bench $Q30 --backend cuda --name "$name" --json "$OUT/q30.json" \
+  timeout ${ARM_TIMEOUT:-120} ${MB:-$M} bench $Q30 --backend cuda --name "$name" --json "$OUT/q30.json" \
     --append --ctx 8448 "$@" 2>&1 | grep -vE "^moetier: (warning|bench: meas)" | tail -6
 }
 step_bench30() {
@@ -80,6 +108,18 @@ step_ab30() {  # the decode kernels against the legacy ones, prefill at 256 and 
   MOETIER_CUDA_DECODE=legacy bench_arm "moetier cuda all resident, legacy decode kernels" \
     --prompt-tokens 256 --gen 128 --runs 2
   bench_arm "moetier cuda all resident, 8K prefill" --prompt-tokens 8192 --gen 2 --runs 1
+}
+step_abbase30() {  # this tree's kernels against the base build's, interleaved
+  wait ${BASE_PID:-} 2>/dev/null
+  for r in 1 2; do
+    bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+    [ -x $BB/src/tools/moetier ] && MB=$BB/src/tools/moetier bench_arm \
+      "moetier cuda all resident, base $(cat .carry/base-commit 2>/dev/null)" \
+      --prompt-tokens 256 --gen 128 --runs 2
+  done
+  bench_arm "moetier cuda all resident, 8K context" --prompt-tokens 8192 --gen 64 --runs 1
+  [ -x $BB/src/tools/moetier ] && MB=$BB/src/tools/moetier bench_arm \
+    "moetier cuda all resident, 8K context, base" --prompt-tokens 8192 --gen 64 --runs 1
 }
 step_arena30() {  # a 28% arena backed by the host tier, and by storage only
   bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
@@ -100,6 +140,44 @@ step_timing() {  # per-op GPU time (MOETIER_CUDA_TIMING, no graphs) on an 8-laye
   MOETIER_CUDA_TIMING=/tmp/t-prefill.txt $M bench $q --backend cuda \
     --prompt-tokens 256 --gen 1 --runs 1 --no-probe >/dev/null 2>&1
   echo "--- prefill 256, 8 layers"; sort -rn /tmp/t-prefill.txt | head -20
+}
+step_ncu() {  # GPU time of each kernel of a few decode steps (8-layer model, graphs on)
+  local q=/tmp/q30-8
+  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+    --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  timeout 300 /usr/local/cuda/bin/ncu --launch-skip ${NCU_SKIP:-3000} --launch-count ${NCU_COUNT:-90} \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv $M bench $q --backend cuda \
+    --prompt-tokens 16 --gen 48 --runs 1 --no-probe >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+  /usr/bin/python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: print("ncu: no rows"); sys.exit()
+h = rows[0]; ki = h.index("Kernel Name"); mi = h.index("Metric Name"); vi = h.index("Metric Value")
+ui = h.index("Metric Unit"); ii = h.index("ID")
+k = collections.OrderedDict()
+for r in rows[1:]:
+    d = k.setdefault(r[ii], {"name": r[ki][:70]})
+    v = float(r[vi].replace(",", "")); u = r[ui]
+    if r[mi].startswith("gpu__time"): d["us"] = v / 1000 if u == "nsecond" else (v if u == "usecond" else v * 1000)
+    else: d["mb"] = v / 1e6 if u == "byte" else (v / 1e3 if u == "Kbyte" else (v if u == "Mbyte" else v * 1e3))
+agg = collections.OrderedDict()
+for d in k.values():
+    a = agg.setdefault(d["name"], [0, 0.0, 0.0]); a[0] += 1; a[1] += d.get("us", 0); a[2] += d.get("mb", 0)
+tot = sum(a[1] for a in agg.values())
+print(f"{len(k)} kernels, {tot:.1f} us")
+for n, (c, us, mb) in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print(f"{us/c:8.2f} us x {c:3d}  {mb/c:8.3f} MB  {mb/c/(us/c)*1e-3 if us else 0:6.2f} TB/s  {n}")
+PY
+}
+step_ncu_detail() {  # ncu sections for the kernels matching $NCU_KERNELS (8-layer decode)
+  local q=/tmp/q30-8
+  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+    --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  timeout 300 /usr/local/cuda/bin/ncu --launch-skip ${NCU_SKIP:-1500} --launch-count ${NCU_COUNT:-6} \
+    --kernel-name "regex:${NCU_KERNELS:-moe}" --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    $M bench $q --backend cuda --prompt-tokens 16 --gen 48 --runs 1 --no-probe 2>&1 |
+    grep -vE "^ *-+ *$|^ *$" | grep -E "moe_|attn_|gemv_|Duration|Throughput|Achieved Occupancy|Registers|Theoretical Occ|Stall|Warp Cycles|Block Limit|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Issued|Eligible|Active Warps" | head -${NCU_LINES:-150}
 }
 step_profile() {  # kernel time per decode step and per 256-token prefill (nsys)
   local nsys; nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -28,6 +29,16 @@ uint64_t WeightStore::bytes() const {
   uint64_t n = 0;
   for (const auto& b : buffers) n += b.bytes();
   return n;
+}
+
+void Backend::argmax(const float* x, int64_t n, int32_t* out) {
+  check(n > 0, "argmax of no values");
+  std::vector<float> h(static_cast<size_t>(n));
+  to_host(h.data(), x, h.size() * sizeof(float));
+  int32_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (h[size_t(i)] > h[size_t(best)]) best = int32_t(i);
+  to_device(out, &best, sizeof best);
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& spec) {

@@ -158,6 +158,9 @@ class Backend {
   virtual void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                             float* probs, int32_t* ids, float* weights) = 0;
   virtual void expert_batch(const ExpertBatch& b) = 0;
+  // out [1] = the index of the first maximum of x [n] (torch.argmax; x and out
+  // in the backend's memory). The default goes through host memory.
+  virtual void argmax(const float* x, int64_t n, int32_t* out);
 
   // Resident experts (optional; CUDA): the device views of every expert of one
   // layer, [num_experts] by id, registered once; returns a table handle, or -1

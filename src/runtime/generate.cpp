@@ -30,8 +30,8 @@ GenerateStats generate(Session& session, std::span<const int32_t> prompt,
   st.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
+  int32_t tok = sampler.sample(*logits);
   for (;;) {
-    const int32_t tok = sampler.sample(*logits);
     if (std::find(opt.eos.begin(), opt.eos.end(), tok) != opt.eos.end()) {
       st.stopped_at_eos = true;
       break;
@@ -40,7 +40,12 @@ GenerateStats generate(Session& session, std::span<const int32_t> prompt,
     ++st.generated_tokens;
     if (on_token) on_token(tok);
     if (st.generated_tokens == opt.max_new_tokens) break;
-    logits = &session.decode(tok, fo);
+    if (sampler.greedy()) {  // the argmax may run on the device
+      tok = session.decode_greedy(tok, fo);
+    } else {
+      logits = &session.decode(tok, fo);
+      tok = sampler.sample(*logits);
+    }
     ++st.decode_steps;
   }
   st.decode_seconds = seconds_since(t0);

@@ -10,6 +10,7 @@
 #include "model/architecture.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/resident_experts.h"
+#include "runtime/sampler.h"
 
 namespace moetier {
 
@@ -37,12 +38,13 @@ bool Session::graphable(const ForwardOptions& opt) const {
 
 // Records the step the first time (after one plain decode step has sized
 // every buffer), then replays it; a recording that fails turns graphs off.
-bool Session::decode_graph(int32_t token) {
+bool Session::decode_graph(int32_t token, bool logits) {
   Backend& be = model_->backend();
   const int64_t vocab = model_->spec().vocab_size;
   if (graph_ < 0) {
     if (plain_decodes_ == 0) return false;
     if (!device_logits_.data()) device_logits_ = be.alloc(size_t(vocab) * sizeof(float));
+    if (!device_argmax_.data()) device_argmax_ = be.alloc(sizeof(int32_t));
     ForwardOptions fo;
     fo.device_logits = device_logits_.as<float>();
     const int32_t one[1] = {token};
@@ -50,6 +52,7 @@ bool Session::decode_graph(int32_t token) {
     try {
       be.graph_begin(pos_, state_->capacity());
       model_->forward(one, pos_, *state_, *experts_, fo);
+      be.argmax(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
       graph_ = be.graph_end();
     } catch (const Error&) {
       be.graph_abort();
@@ -60,8 +63,12 @@ bool Session::decode_graph(int32_t token) {
   }
   be.graph_launch(graph_, pos_, token);
   state_->set_size(pos_ + 1);
-  logits_.resize(size_t(vocab));
-  be.to_host(logits_.data(), device_logits_.data(), size_t(vocab) * sizeof(float));
+  if (logits) {
+    logits_.resize(size_t(vocab));
+    be.to_host(logits_.data(), device_logits_.data(), size_t(vocab) * sizeof(float));
+  } else {
+    logits_.clear();
+  }
   ++pos_;
   return true;
 }
@@ -84,7 +91,7 @@ const std::vector<float>& Session::decode(int32_t token, const ForwardOptions& o
           "session: {} positions + 1 token exceed the session's "
           "capacity {}",
           pos_, state_->capacity());
-    if (decode_graph(token)) return logits_;
+    if (decode_graph(token, true)) return logits_;
     ++plain_decodes_;
     const int32_t one[1] = {token};
     logits_ = model_->forward(one, pos_, *state_, *experts_, opt);
@@ -93,6 +100,20 @@ const std::vector<float>& Session::decode(int32_t token, const ForwardOptions& o
   }
   const int32_t one[1] = {token};
   return prefill(one, opt);
+}
+
+int32_t Session::decode_greedy(int32_t token, const ForwardOptions& opt) {
+  if (graph_ >= 0 && graphable(opt)) {
+    check(pos_ + 1 <= state_->capacity(),
+          "session: {} positions + 1 token exceed the session's capacity {}", pos_,
+          state_->capacity());
+    if (decode_graph(token, false)) {
+      int32_t next = 0;
+      model_->backend().to_host(&next, device_argmax_.data(), sizeof next);
+      return next;
+    }
+  }
+  return argmax(decode(token, opt));
 }
 
 void Session::rewind(int64_t position) {

@@ -45,6 +45,10 @@ class Session {
   const std::vector<float>& prefill(std::span<const int32_t> tokens,
                                     const ForwardOptions& opt = {});
   const std::vector<float>& decode(int32_t token, const ForwardOptions& opt = {});
+  // decode, returning the greedy next token (argmax, lowest id on ties). On a
+  // device with decode graphs the argmax runs on the device and only the token
+  // comes back (logits() is then empty); otherwise argmax of the logits.
+  int32_t decode_greedy(int32_t token, const ForwardOptions& opt = {});
   // Moves the position back (later positions are recomputed by the next step).
   void rewind(int64_t position);
 
@@ -55,7 +59,9 @@ class Session {
 
  private:
   bool graphable(const ForwardOptions& opt) const;
-  bool decode_graph(int32_t token);  // false: not replayed, run the plain forward
+  // false: not replayed, run the plain forward. Copies the logits to the host
+  // when `logits`; the argmax of the step is always on the device.
+  bool decode_graph(int32_t token, bool logits);
   void drop_graph();
 
   const Model* model_;
@@ -69,6 +75,7 @@ class Session {
   int64_t plain_decodes_ = 0;
   bool graphs_off_ = false;
   DeviceBuffer device_logits_;  // [vocab]
+  DeviceBuffer device_argmax_;  // [1] int32: the replayed step's argmax
 };
 
 struct EngineOptions {

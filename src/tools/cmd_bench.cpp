@@ -161,7 +161,7 @@ std::string engine_complete(const Engine& e, const Tokenizer& tok, const std::st
   check(!ids.empty(), "--coherence: a prompt encodes to no tokens");
   auto s = e.new_session(int64_t(ids.size()) + n + 1);
   std::vector<int32_t> out{argmax(s->prefill(ids))};
-  while (int64_t(out.size()) < n) out.push_back(argmax(s->decode(out.back())));
+  while (int64_t(out.size()) < n) out.push_back(s->decode_greedy(out.back()));
   return tok.decode(out);
 }
 

@@ -127,3 +127,23 @@ TEST(CudaModel, DecodeGraphsChangeNothing) {
   ASSERT_EQ(plain.size(), graphed.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], graphed[i]) << "step " << i;
 }
+
+// Greedy decode with the argmax on the device (graphs) gives the tokens of
+// the host argmax of plain steps' logits.
+TEST(CudaModel, DeviceArgmaxGivesTheHostGreedyTokens) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  auto gpu = engine(dir, "cuda");
+  const auto ids = tok.encode("func (s *Server) Serve(l net.Listener) error {");
+  ::setenv("MOETIER_GRAPHS", "0", 1);
+  auto plain = gpu->new_session(int64_t(ids.size()) + 40);
+  std::vector<int32_t> want{argmax(plain->prefill(ids))};
+  for (int i = 0; i < 30; ++i) want.push_back(argmax(plain->decode(want.back())));
+  ::unsetenv("MOETIER_GRAPHS");
+  auto s = gpu->new_session(int64_t(ids.size()) + 40);
+  std::vector<int32_t> got{argmax(s->prefill(ids))};
+  for (int i = 0; i < 30; ++i) got.push_back(s->decode_greedy(got.back()));
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(s->logits().empty());  // the replayed steps left the logits on the device
+}

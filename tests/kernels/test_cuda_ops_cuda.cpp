@@ -8,14 +8,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cb3.h"
+#include "kernels/cpu/dispatch.h"
 #include "unit/numeric.h"
 
 using namespace moetier;
@@ -247,22 +250,31 @@ TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
   REQUIRE_GPU();
   Fixture f;
   std::mt19937 rng(7);
-  const int64_t heads = 6, kvh = 2, hd = 72;
-  for (auto [n_q, first] :
-       {std::pair<int64_t, int64_t>{1, 0}, {1, 37}, {1, 1700}, {5, 0}, {9, 300}}) {
-    const int64_t len = first + n_q;
-    auto q = randn(size_t(n_q * heads * hd), rng);
-    auto k = randn(size_t(len * kvh * hd), rng), v = randn(size_t(len * kvh * hd), rng);
-    std::vector<float> ref(q.size());
-    f.cpu->attention(q.data(), k.data(), v.data(), n_q, first, heads, kvh, hd, 0.117f, ref.data());
-    std::vector<DeviceBuffer> keep;
-    float* dq = f.up(q, keep);
-    float* dk = f.up(k, keep);
-    float* dv = f.up(v, keep);
-    float* dout = f.zeros(q.size(), keep);
-    f.gpu->attention(dq, dk, dv, n_q, first, heads, kvh, hd, 0.117f, dout);
-    EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5) << n_q << " at " << first;
-  }
+  struct Heads {
+    int64_t heads, kvh, hd;
+  };
+  // Groups of 3, 8, 16 and 20 query heads per kv head (one, one, two and three
+  // heads per warp), head_dim 72 / 128 / 256 / 64; lengths from one position to
+  // several tiles per split.
+  for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64}})
+    for (auto [n_q, first] : {std::pair<int64_t, int64_t>{1, 0}, {1, 37}, {1, 1700}, {1, 4999},
+                              {5, 0}, {9, 300}}) {
+      if (n_q > 1 && s.hd != 72) continue;
+      const int64_t heads = s.heads, kvh = s.kvh, hd = s.hd, len = first + n_q;
+      auto q = randn(size_t(n_q * heads * hd), rng);
+      auto k = randn(size_t(len * kvh * hd), rng), v = randn(size_t(len * kvh * hd), rng);
+      std::vector<float> ref(q.size());
+      f.cpu->attention(q.data(), k.data(), v.data(), n_q, first, heads, kvh, hd, 0.117f,
+                       ref.data());
+      std::vector<DeviceBuffer> keep;
+      float* dq = f.up(q, keep);
+      float* dk = f.up(k, keep);
+      float* dv = f.up(v, keep);
+      float* dout = f.zeros(q.size(), keep);
+      f.gpu->attention(dq, dk, dv, n_q, first, heads, kvh, hd, 0.117f, dout);
+      EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5)
+          << n_q << " at " << first << ", heads " << heads << "/" << kvh << " of " << hd;
+    }
 }
 
 TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
@@ -270,21 +282,24 @@ TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
   Fixture f;
   std::mt19937 rng(9);
   std::vector<DeviceBuffer> keep;
-  const int64_t n = 5, e = 128, k = 8;
-  auto logits = randn(size_t(n * e), rng, 2.0f);
-  std::vector<float> p(logits.size()), w(size_t(n * k));
-  std::vector<int32_t> ids(size_t(n * k));
-  f.cpu->softmax_topk(logits.data(), n, e, k, true, p.data(), ids.data(), w.data());
-  float* dl = f.up(logits, keep);
-  keep.push_back(f.gpu->alloc(ids.size() * 4));
-  auto* dids = keep.back().as<int32_t>();
-  float* dw = f.zeros(w.size(), keep);
-  f.gpu->softmax_topk(dl, n, e, k, true, dl, dids, dw);
-  std::vector<int32_t> gids(ids.size());
-  f.gpu->to_host(gids.data(), dids, gids.size() * 4);
-  EXPECT_EQ(gids, ids);
-  EXPECT_LE(rel_err(f.down(dw, w.size()), w), 1e-6);
-  EXPECT_LE(rel_err(f.down(dl, p.size()), p), 1e-6);
+  const int64_t n = 5;
+  for (auto [e, k, renorm] : {std::tuple<int64_t, int64_t, bool>{128, 8, true}, {256, 6, true},
+                              {60, 4, false}, {1000, 3, true}}) {
+    auto logits = randn(size_t(n * e), rng, 2.0f);
+    std::vector<float> p(logits.size()), w(size_t(n * k));
+    std::vector<int32_t> ids(size_t(n * k));
+    f.cpu->softmax_topk(logits.data(), n, e, k, renorm, p.data(), ids.data(), w.data());
+    float* dl = f.up(logits, keep);
+    keep.push_back(f.gpu->alloc(ids.size() * 4));
+    auto* dids = keep.back().as<int32_t>();
+    float* dw = f.zeros(w.size(), keep);
+    f.gpu->softmax_topk(dl, n, e, k, renorm, dl, dids, dw);
+    std::vector<int32_t> gids(ids.size());
+    f.gpu->to_host(gids.data(), dids, gids.size() * 4);
+    EXPECT_EQ(gids, ids) << e;
+    EXPECT_LE(rel_err(f.down(dw, w.size()), w), 1e-6) << e;
+    EXPECT_LE(rel_err(f.down(dl, p.size()), p), 1e-6) << e;
+  }
   for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4}) {
     HostMatrix t(enc, 50, 96, rng);
     const std::vector<int32_t> toks{3, 49, 0, 3};
@@ -353,6 +368,75 @@ TEST(CudaOps, ExpertBatchAndResidentExpertsMatchCpu) {
       f.gpu->moe_resident(table, dids, dwt, 3, b.x, H, I, out1);
       EXPECT_LE(rel_err(f.down(out1, size_t(H)), ref1), 1e-5) << int(enc);
     }
+}
+
+// The resident MoE step at real widths (Qwen3-30B-A3B: 8 of 12 experts of
+// 768 x 2048; DeepSeek-V4-Flash-like: 6 of 8 of 2048 x 4096 in MXFP4), ids
+// in router order, against the CPU: with f32 activations on both, and with
+// q8 activations on both (MOETIER_CUDA_ACT / the CPU's MXFP4 activations:
+// the same integer block sums, so only the f32 order of their sum differs).
+TEST(CudaOps, ResidentExpertsAtRealWidthsMatchCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    WeightEncoding enc;
+    int64_t experts, k, H, I;
+  };
+  const cpu::Activations before = cpu::mxfp4_activations();
+  for (const char* mode : {"f32", "q8"}) {
+    setenv("MOETIER_CUDA_ACT", mode, 1);
+    cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
+    Fixture f;  // its CUDA backend reads MOETIER_CUDA_ACT
+    std::mt19937 rng(17);
+    for (const Case& c : {Case{WeightEncoding::MXFP4, 12, 8, 2048, 768},
+                          Case{WeightEncoding::BF16, 12, 8, 2048, 768},
+                          Case{WeightEncoding::MXFP4, 8, 6, 4096, 2048},
+                          Case{WeightEncoding::MXFP4, 5, 3, 96, 64}}) {
+      std::vector<std::unique_ptr<HostMatrix>> mats;
+      std::vector<ExpertView> host, dev;
+      for (int64_t e = 0; e < c.experts; ++e) {
+        for (auto [r, cols] : {std::pair<int64_t, int64_t>{c.I, c.H}, {c.I, c.H}, {c.H, c.I}})
+          mats.push_back(std::make_unique<HostMatrix>(c.enc, r, cols, rng));
+        const size_t b = mats.size() - 3;
+        host.push_back({mats[b]->view, mats[b + 1]->view, mats[b + 2]->view});
+        dev.push_back({f.gpu->weights(host.back().gate, f.store),
+                       f.gpu->weights(host.back().up, f.store),
+                       f.gpu->weights(host.back().down, f.store)});
+      }
+      std::vector<int32_t> ids(size_t(c.experts));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      ids.resize(size_t(c.k));
+      std::vector<float> w;
+      for (int64_t j = 0; j < c.k; ++j) w.push_back(0.05f + 0.03f * float(j));
+      // The CPU reference: one token, experts in ascending id order.
+      std::vector<size_t> order(ids.size());
+      for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+      std::vector<ExpertView> hs;
+      std::vector<int64_t> offs{0}, toks;
+      std::vector<float> ws;
+      for (size_t j : order) {
+        hs.push_back(host[size_t(ids[j])]);
+        toks.push_back(0), ws.push_back(w[j]), offs.push_back(int64_t(toks.size()));
+      }
+      auto x = randn(size_t(c.H), rng);
+      std::vector<float> ref(size_t(c.H), 0.0f);
+      f.cpu->expert_batch({hs, offs, toks, ws, x.data(), 1, c.H, c.I, ref.data()});
+      std::vector<DeviceBuffer> keep;
+      const int table = f.gpu->register_experts(dev);
+      keep.push_back(f.gpu->alloc(ids.size() * 4));
+      f.gpu->to_device(keep.back().data(), ids.data(), ids.size() * 4);
+      const auto* dids = keep.back().as<int32_t>();
+      float* dwt = f.up(w, keep);
+      float* dx = f.up(x, keep);
+      float* out = f.zeros(size_t(c.H), keep);
+      f.gpu->moe_resident(table, dids, dwt, c.k, dx, c.H, c.I, out);
+      EXPECT_LE(rel_err(f.down(out, size_t(c.H)), ref), 1e-5)
+          << mode << " " << int(c.enc) << " " << c.H;
+    }
+  }
+  setenv("MOETIER_CUDA_ACT", "f32", 1);
+  cpu::set_mxfp4_activations(before);
 }
 
 TEST(CudaOps, BadRequestsAreErrors) {

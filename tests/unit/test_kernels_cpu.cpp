@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
@@ -318,4 +319,17 @@ TEST(CpuKernels, Mxfp4NanScalePropagatesOnEveryPath) {
       }
     }
   }
+}
+
+// Backend::argmax (the default, through host memory): the first maximum.
+TEST(CpuBackendOps, ArgmaxIsTheFirstMaximum) {
+  auto be = make_cpu_backend();
+  const std::vector<float> x{-3.0f, 2.5f, -1.0f, 2.5f, 0.0f, 2.4999f};
+  int32_t out = -1;
+  be->argmax(x.data(), int64_t(x.size()), &out);
+  EXPECT_EQ(out, 1);
+  const std::vector<float> one{-7.0f};
+  be->argmax(one.data(), 1, &out);
+  EXPECT_EQ(out, 0);
+  EXPECT_THROW(be->argmax(x.data(), 0, &out), Error);
 }

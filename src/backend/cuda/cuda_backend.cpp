@@ -56,6 +56,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // step instead of kernels/cuda/decode.cu (for A/B measurements).
   const char* dk = std::getenv("MOETIER_CUDA_DECODE");
   legacy_decode_ = dk && std::string(dk) == "legacy";
+  // MOETIER_CUDA_ACT=f32: f32 activations in the resident MXFP4 decode step
+  // (exact, what the golden tests pin) instead of q8 (kernels/cuda/decode_q8.cu).
+  const char* act = std::getenv("MOETIER_CUDA_ACT");
+  check(!act || std::string(act) == "q8" || std::string(act) == "f32",
+        "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
+  act_q8_ = !act || std::string(act) == "q8";
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
 #include "kernels/cuda/cuda.h"
 
 namespace moetier {
@@ -107,6 +108,10 @@ class CudaBackend final : public Backend {
   void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                     float* probs, int32_t* ids, float* weights) override;
   void expert_batch(const ExpertBatch& b) override;
+  void argmax(const float* x, int64_t n, int32_t* out) override {
+    check(n > 0, "cuda argmax of no values");
+    cuda::argmax(x, n, out, stream_), after("argmax");
+  }
   int register_experts(std::span<const ExpertView> views) override;
   void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k, const float* x,
                     int64_t hidden, int64_t intermediate, float* out) override;
@@ -140,6 +145,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   bool f32_prefill_ = false;
   bool legacy_decode_ = false;  // MOETIER_CUDA_DECODE=legacy
+  bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
   Scratch ids_, attn_, arrays_, h_, d_, wbf_, xbf_, g_, u_, hbf_, y_, rows_, rw_;
   struct Table {        // a registered layer of resident experts
     DeviceBuffer ptrs;  // [num_experts] cuda::ExpertPtrs
@@ -147,7 +153,7 @@ class CudaBackend final : public Backend {
     bool vec = false;
   };
   std::vector<Table> tables_;
-  Scratch prep_;
+  Scratch prep_, q8_;
   // Decode graphs.
   struct StepArgs {  // pinned host, copied to step_dev_ before each replay
     int64_t pos;

@@ -173,6 +173,12 @@ void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weigh
   check(table >= 0 && size_t(table) < tables_.size() && k >= 1 && k <= 32,
         "cuda: resident experts table {} (of {}), top-{}", table, tables_.size(), k);
   const Table& t = tables_[size_t(table)];
+  if (!legacy_decode_ && act_q8_) {
+    void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, intermediate));
+    if (cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
+                            hidden, intermediate, sq, out, stream_))
+      return after("resident experts (q8)");
+  }
   float* h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));
   if (!legacy_decode_ && cuda::moe_decode(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids,
                                             weights, int(k), x, hidden, intermediate, h, out,

@@ -49,6 +49,9 @@ void fill_zero(float* x, int64_t n, cudaStream_t s);
 // out [n, cols] = rows ids[t] of table decoded to f32; ids device [n].
 void embed(const MatView& table, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
 
+// out [1] = the index of the first maximum of x [n] (torch.argmax).
+void argmax(const float* x, int64_t n, int32_t* out, cudaStream_t s);
+
 // Router: probs [n, e] = softmax(logits) (may alias), ids/weights [n, k] the
 // top k by descending probability (ties to the lower id), weights divided by
 // their sum when renormalize. e <= 1024, k <= 32.
@@ -119,9 +122,21 @@ ExpertLaunch prepare_decode_experts(const int32_t* ids, const float* weights, in
 // [k] on the device; false (nothing launched) where it does not apply (cb3,
 // unaligned pointers: vec false, widths not a multiple of the chunk, k > 32).
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s);
+// The row count from which gemv1 / gemv_multi take a warp per rows instead of
+// a block (default 32768; for benchmarks).
+void set_gemv_warp_rows(int64_t rows);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);
+
+// The resident MoE step with int8 activations (kernels/cuda/decode_q8.cu;
+// MXFP4 experts, hidden and inter multiples of 32): same contract as
+// moe_decode, scratch of moe_q8_scratch_bytes(k, inter) device bytes for h in
+// q8 form. false (nothing launched) where it does not apply.
+size_t moe_q8_scratch_bytes(int64_t k, int64_t inter);
+bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
+                   const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
+                   void* scratch, float* out, cudaStream_t s);
 
 // Fused steps (kernels/cuda/fused.cu; Backend's fused ops). add_rmsnorm: x
 // [n, dim] += y, xn = rmsnorm(x). gemv_multi: y[m] [rows[m]] = w[m] x for up to

@@ -1,128 +1,251 @@
-// Decode (one token) kernels: a GEMV whose blocks own a few weight rows and
-// whose threads split the columns (so even a 512-row projection spreads over
-// every SM), and the resident MoE step in two launches: gate/up of every
-// selected expert (grid: row tiles x k) and the down projections of all k
-// experts summed with their routing weights inside one kernel (the weighted
-// sum fused into the down projection), reading expert ids, weights and
-// pointers from device memory so the step can be captured in a CUDA graph.
+// Decode (one token) kernels: GEMVs for one matrix or several of one input
+// (q/k/v) in one launch, either a block per R rows with the columns split
+// over its threads (most matrices: many threads in flight) or a warp per R
+// rows, each lane issuing all its 16-byte weight loads of an iteration before
+// it uses any (tall matrices such as the LM head, above warp_rows rows); and the resident MoE step in two launches: gate/up of
+// every selected expert (grid: row tiles x k) and the down projections of all
+// k experts summed with their routing weights inside one kernel (the weighted
+// sum fused into the down projection: a row's dot product runs over the k
+// experts' chunks, in ascending expert id order), reading expert ids, weights
+// and pointers from device memory so the step can be captured in a CUDA graph.
 //
-// A thread takes 16-byte weight chunks i, i + blockDim, ... of a row (bf16: 8
-// columns, f32: 4, MXFP4: one 32-column block and its scale); partial sums are
-// reduced by warp butterflies and then across warps in a fixed order, so every
-// result is deterministic. Experts are summed in ascending id order.
+// A lane takes the 16-byte chunks lane, lane + 32, ... of a row (bf16: 8
+// columns, f32: 4, MXFP4: one 32-column block and its scale), sums them in
+// that order, and the warp reduces by butterflies: every result is
+// deterministic and independent of the grid.
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 
 namespace moetier::cuda {
 namespace {
 
+constexpr int kWarps = 4;  // warps per block
+constexpr int kRows = 2;   // weight rows per warp
+int64_t g_warp_rows = 32768;
+
+int64_t blocks_of(const GemvMulti& g, int64_t per) {
+  int64_t n = 0;
+  for (int m = 0; m < g.count; ++m) n += (g.tile0[m + 1] - g.tile0[m] + per - 1) / per;
+  return n;
+}
+
+// Block b owns R rows of one matrix (matrix m's rows take ceil(rows_m / R)
+// consecutive blocks); its threads take the row's 16-byte chunks in turn.
 template <int ENC, int R>
 __global__ void __launch_bounds__(kMaxThreads)
-    gemv1_kernel(const uint8_t* w, const uint8_t* sc, int64_t rows, int64_t cols, const float* x,
-                 float* y, int accumulate) {
+    gemv_block_kernel(GemvMulti g, int64_t cols, const float* x, int accumulate) {
   using C = Chunk<ENC>;
   __shared__ float lut[16];
   __shared__ float red[R][kMaxThreads / 32];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
-  const int64_t row0 = int64_t(blockIdx.x) * R;
+  int64_t b = blockIdx.x;
+  int m = 0;
+  for (; m + 1 < g.count; ++m) {
+    const int64_t bm = (g.tile0[m + 1] - g.tile0[m] + R - 1) / R;
+    if (b < bm) break;
+    b -= bm;
+  }
+  const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = b * R;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (int64_t i = threadIdx.x; i < cols / C::kCols; i += blockDim.x) {
+    typename C::W q[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (row0 + r < rows) q[r] = C::load(g.w[m], g.sc[m], row0 + r, cols, i);
     float xv[C::kCols];
     load_x<C::kCols>(x, i, xv);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (row0 + r < rows) acc[r] += C::dot(w, sc, row0 + r, cols, i, xv, lut);
+      if (row0 + r < rows) acc[r] += C::dot(q[r], xv, lut);
   }
   const float t = block_sum<R>(acc, red);
   if (threadIdx.x < R && row0 + threadIdx.x < rows) {
-    float* o = y + row0 + threadIdx.x;
+    float* o = g.y[m] + row0 + threadIdx.x;
     *o = accumulate ? *o + t : t;
   }
 }
 
-// h[slot] = silu(gate x) * up x for expert ids[slot] (grid: row tiles x k).
-template <int ENC, int R>
-__global__ void __launch_bounds__(kMaxThreads)
+// Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).
+template <int ENC, int R, int U>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_warps_kernel(GemvMulti g, int64_t cols, const float* x, int accumulate) {
+  using C = Chunk<ENC>;
+  __shared__ float lut[16];
+  if constexpr (ENC == kMXFP4) fill_e2m1(lut);
+  __syncthreads();
+  int64_t warp = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  int m = 0;
+  for (; m < g.count; ++m) {
+    const int64_t wm = (g.tile0[m + 1] - g.tile0[m] + R - 1) / R;
+    if (warp < wm) break;
+    warp -= wm;
+  }
+  if (m == g.count) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = warp * R, nch = cols / C::kCols;
+  const uint8_t* w = g.w[m];
+  const uint8_t* sc = g.sc[m];
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int64_t base = 0; base < nch; base += 32 * U) {
+    typename C::W q[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + lane + 32 * u;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (i < nch && row0 + r < rows) q[u][r] = C::load(w, sc, row0 + r, cols, i);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + lane + 32 * u;
+      if (i >= nch) break;
+      float xv[C::kCols];
+      load_x<C::kCols>(x, i, xv);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (row0 + r < rows) acc[r] += C::dot(q[u][r], xv, lut);
+    }
+  }
+  const float t = warp_rows_sum<R>(acc);
+  if (lane < R && row0 + lane < rows) {
+    float* o = g.y[m] + row0 + lane;
+    *o = accumulate ? *o + t : t;
+  }
+}
+
+// h[slot] = silu(gate x) * up x for expert ids[slot] (grid: row tiles x k;
+// a warp owns R rows of gate and of up).
+template <int ENC, int R, int U>
+__global__ void __launch_bounds__(kWarps * 32)
     moe_gate_up_kernel(const ExpertPtrs* table, const int32_t* ids, const float* x,
                        int64_t hidden, int64_t inter, float* h) {
   using C = Chunk<ENC>;
   __shared__ float lut[16];
-  __shared__ float red[2 * R][kMaxThreads / 32];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
-  const int slot = int(blockIdx.y);
+  const int slot = int(blockIdx.y), lane = threadIdx.x & 31;
   const ExpertPtrs& ex = table[ids[slot]];
   const auto* gw = static_cast<const uint8_t*>(ex.w[0]);
   const auto* uw = static_cast<const uint8_t*>(ex.w[1]);
-  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
+  if (row0 >= inter) return;
+  const int64_t nch = hidden / C::kCols;
   float acc[2 * R];  // gate rows, then up rows
 #pragma unroll
   for (int r = 0; r < 2 * R; ++r) acc[r] = 0.0f;
-  for (int64_t i = threadIdx.x; i < hidden / C::kCols; i += blockDim.x) {
-    float xv[C::kCols];
-    load_x<C::kCols>(x, i, xv);
+  for (int64_t base = 0; base < nch; base += 32 * U) {
+    typename C::W q[U][2 * R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (row0 + r >= inter) break;
-      acc[r] += C::dot(gw, ex.s[0], row0 + r, hidden, i, xv, lut);
-      acc[R + r] += C::dot(uw, ex.s[1], row0 + r, hidden, i, xv, lut);
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + lane + 32 * u;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (i < nch && row0 + r < inter) {
+          q[u][r] = C::load(gw, ex.s[0], row0 + r, hidden, i);
+          q[u][R + r] = C::load(uw, ex.s[1], row0 + r, hidden, i);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = base + lane + 32 * u;
+      if (i >= nch) break;
+      float xv[C::kCols];
+      load_x<C::kCols>(x, i, xv);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (row0 + r < inter) {
+          acc[r] += C::dot(q[u][r], xv, lut);
+          acc[R + r] += C::dot(q[u][R + r], xv, lut);
+        }
     }
   }
-  const float t = block_sum<2 * R>(acc, red);
-  __shared__ float gs[R];
-  if (threadIdx.x < R) gs[threadIdx.x] = t;
-  __syncthreads();
-  if (threadIdx.x >= R && threadIdx.x < 2 * R) {
-    const int r = int(threadIdx.x) - R;
-    const float g = gs[r];
-    if (row0 + r < inter) h[int64_t(slot) * inter + row0 + r] = g / (1.0f + expf(-g)) * t;
-  }
+  const float g = warp_rows_sum<2 * R>(acc);        // lane r: gate row r; lane R + r: up row r
+  const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
+  if (lane < R && row0 + lane < inter) h[int64_t(slot) * inter + row0 + lane] = g / (1.0f + expf(-g)) * u;
 }
 
 // out[row] = sum over the k experts in ascending id order of
-// weights[j] * (down_{ids[j]} h[j])[row] (grid: row tiles).
-template <int ENC, int R>
-__global__ void __launch_bounds__(kMaxThreads)
+// weights[j] * (down_{ids[j]} h[j])[row]. A warp owns R rows; a row's dot
+// product runs over the items (expert rank e, chunk i), e major.
+template <int ENC, int R, int U>
+__global__ void __launch_bounds__(kWarps * 32)
     moe_down_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                     const float* h, int64_t hidden, int64_t inter, float* out) {
   using C = Chunk<ENC>;
   __shared__ float lut[16];
-  __shared__ float red[R][kMaxThreads / 32];
+  __shared__ const uint8_t* dw[32];
+  __shared__ const uint8_t* ds[32];
+  __shared__ float wt[32];
+  __shared__ int slot[32];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
-  __syncthreads();
-  int order[32];  // slots by ascending expert id (k <= 32)
-  for (int j = 0; j < k; ++j) {
+  if (threadIdx.x < k) {  // rank experts by ascending id (ties by slot)
+    const int j = int(threadIdx.x);
     int rank = 0;
     for (int i = 0; i < k; ++i) rank += ids[i] < ids[j] || (ids[i] == ids[j] && i < j);
-    order[rank] = j;
+    const ExpertPtrs& ex = table[ids[j]];
+    dw[rank] = static_cast<const uint8_t*>(ex.w[2]);
+    ds[rank] = ex.s[2];
+    wt[rank] = weights[j];
+    slot[rank] = j;
   }
-  const int64_t row0 = int64_t(blockIdx.x) * R;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
+  if (row0 >= hidden) return;
+  const int64_t nch = inter / C::kCols, items = int64_t(k) * nch;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int q = 0; q < k; ++q) {
-    const int j = order[q];
-    const ExpertPtrs& ex = table[ids[j]];
-    const auto* dw = static_cast<const uint8_t*>(ex.w[2]);
-    const float wj = weights[j];
-    const float* hj = h + int64_t(j) * inter;
-    for (int64_t i = threadIdx.x; i < inter / C::kCols; i += blockDim.x) {
+  for (int64_t base = 0; base < items; base += 32 * U) {
+    typename C::W q[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t it = base + lane + 32 * u;
+      if (it < items) {
+        const int e = int(it / nch);
+        const int64_t i = it - e * nch;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (row0 + r < hidden) q[u][r] = C::load(dw[e], ds[e], row0 + r, inter, i);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t it = base + lane + 32 * u;
+      if (it >= items) break;
+      const int e = int(it / nch);
+      const int64_t i = it - e * nch;
       float hv[C::kCols];
-      load_x<C::kCols>(hj, i, hv);
+      load_x<C::kCols>(h + int64_t(slot[e]) * inter, i, hv);
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (row0 + r < hidden) acc[r] += wj * C::dot(dw, ex.s[2], row0 + r, inter, i, hv, lut);
+        if (row0 + r < hidden) acc[r] += wt[e] * C::dot(q[u][r], hv, lut);
     }
   }
-  const float t = block_sum<R>(acc, red);
-  if (threadIdx.x < R && row0 + threadIdx.x < hidden) out[row0 + threadIdx.x] = t;
+  const float t = warp_rows_sum<R>(acc);
+  if (lane < R && row0 + lane < hidden) out[row0 + lane] = t;
 }
 
 int enc_cols(WeightEncoding e) {
   return e == WeightEncoding::F32 ? 4 : e == WeightEncoding::BF16 ? 8 : 32;
+}
+
+// Chunks per lane per iteration: enough for `chunks` in one pass, at most 8.
+int unroll_for(int64_t chunks) {
+  const int64_t per_lane = (chunks + 31) / 32;
+  return per_lane <= 1 ? 1 : per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : 8;
+}
+
+template <int ENC, int U>
+void gemv_warps_u(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
+  const int64_t warps = blocks_of(g, kRows);
+  const unsigned blocks = unsigned((warps + kWarps - 1) / kWarps);
+  gemv_warps_kernel<ENC, kRows, U><<<blocks, kWarps * 32, 0, s>>>(g, cols, x, acc ? 1 : 0);
 }
 
 // Threads for `chunks` 16-byte chunks per row: a multiple of 32, at most 256.
@@ -132,43 +255,103 @@ unsigned threads_for(int64_t chunks) {
 }
 
 template <int ENC>
-void gemv1_enc(const MatView& w, const float* x, float* y, bool acc, cudaStream_t s) {
-  const auto* wp = static_cast<const uint8_t*>(w.data);
-  const unsigned t = threads_for(w.cols / Chunk<ENC>::kCols);
-  if (w.rows >= 2048) {
-    const unsigned g = unsigned((w.rows + 1) / 2);
-    gemv1_kernel<ENC, 2><<<g, t, 0, s>>>(wp, w.scales, w.rows, w.cols, x, y, acc);
-  } else {
-    gemv1_kernel<ENC, 1><<<unsigned(w.rows), t, 0, s>>>(wp, w.scales, w.rows, w.cols, x, y, acc);
+void gemv_warps(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
+  if (g.tile0[g.count] < g_warp_rows) {
+    const unsigned t = threads_for(cols / Chunk<ENC>::kCols);
+    if (g.tile0[g.count] >= 2048 * g.count)
+      gemv_block_kernel<ENC, 2>
+          <<<unsigned(blocks_of(g, 2)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
+    else
+      gemv_block_kernel<ENC, 1>
+          <<<unsigned(blocks_of(g, 1)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
+    return;
   }
+  switch (unroll_for(cols / Chunk<ENC>::kCols)) {
+    case 1:
+      return gemv_warps_u<ENC, 1>(g, cols, x, acc, s);
+    case 2:
+      return gemv_warps_u<ENC, 2>(g, cols, x, acc, s);
+    case 4:
+      return gemv_warps_u<ENC, 4>(g, cols, x, acc, s);
+    default:
+      return gemv_warps_u<ENC, 8>(g, cols, x, acc, s);
+  }
+}
+
+bool gemv_any(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x, bool acc,
+              cudaStream_t s) {
+  if (g.count < 1 || g.count > GemvMulti::kMax || enc == WeightEncoding::CB3 ||
+      cols % enc_cols(enc))
+    return false;
+  switch (enc) {
+    case WeightEncoding::F32:
+      return gemv_warps<kF32>(g, cols, x, acc, s), true;
+    case WeightEncoding::BF16:
+      return gemv_warps<kBF16>(g, cols, x, acc, s), true;
+    default:
+      return gemv_warps<kMXFP4>(g, cols, x, acc, s), true;
+  }
+}
+
+template <int ENC, int U>
+void moe_gate_up(const ExpertPtrs* table, const int32_t* ids, int k, const float* x,
+                 int64_t hidden, int64_t inter, float* h, cudaStream_t s) {
+  const dim3 g(unsigned((inter + kWarps * kRows - 1) / (kWarps * kRows)), unsigned(k));
+  moe_gate_up_kernel<ENC, kRows, U><<<g, kWarps * 32, 0, s>>>(table, ids, x, hidden, inter, h);
+}
+
+template <int ENC, int U>
+void moe_down(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
+              const float* h, int64_t hidden, int64_t inter, float* out, cudaStream_t s) {
+  const unsigned g = unsigned((hidden + kWarps * kRows - 1) / (kWarps * kRows));
+  moe_down_kernel<ENC, kRows, U>
+      <<<g, kWarps * 32, 0, s>>>(table, ids, weights, k, h, hidden, inter, out);
 }
 
 template <int ENC>
 void moe_enc(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
              const float* x, int64_t hidden, int64_t inter, float* h, float* out, cudaStream_t s) {
-  constexpr int kUp = 4, kDown = 2;
-  const dim3 g1(unsigned((inter + kUp - 1) / kUp), unsigned(k));
-  moe_gate_up_kernel<ENC, kUp>
-      <<<g1, threads_for(hidden / Chunk<ENC>::kCols), 0, s>>>(table, ids, x, hidden, inter, h);
-  const unsigned g2 = unsigned((hidden + kDown - 1) / kDown);
-  moe_down_kernel<ENC, kDown><<<g2, threads_for(inter / Chunk<ENC>::kCols), 0, s>>>(
-      table, ids, weights, k, h, hidden, inter, out);
+  constexpr int kc = Chunk<ENC>::kCols;
+  switch (unroll_for(hidden / kc)) {  // U = 8 holds 8 x 2R chunks: cap gate/up at 4
+    case 1:
+      moe_gate_up<ENC, 1>(table, ids, k, x, hidden, inter, h, s);
+      break;
+    case 2:
+      moe_gate_up<ENC, 2>(table, ids, k, x, hidden, inter, h, s);
+      break;
+    default:
+      moe_gate_up<ENC, 4>(table, ids, k, x, hidden, inter, h, s);
+  }
+  switch (unroll_for(int64_t(k) * (inter / kc))) {
+    case 1:
+      return moe_down<ENC, 1>(table, ids, weights, k, h, hidden, inter, out, s);
+    case 2:
+      return moe_down<ENC, 2>(table, ids, weights, k, h, hidden, inter, out, s);
+    case 4:
+      return moe_down<ENC, 4>(table, ids, weights, k, h, hidden, inter, out, s);
+    default:
+      return moe_down<ENC, 8>(table, ids, weights, k, h, hidden, inter, out, s);
+  }
 }
 
 }  // namespace
 
+void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
+
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows <= 0) return false;
-  switch (w.enc) {
-    case WeightEncoding::F32:
-      return gemv1_enc<kF32>(w, x, y, accumulate, s), true;
-    case WeightEncoding::BF16:
-      return gemv1_enc<kBF16>(w, x, y, accumulate, s), true;
-    case WeightEncoding::MXFP4:
-      return gemv1_enc<kMXFP4>(w, x, y, accumulate, s), true;
-    default:
-      return false;
-  }
+  GemvMulti g;
+  g.w[0] = static_cast<const uint8_t*>(w.data);
+  g.sc[0] = w.scales;
+  g.y[0] = y;
+  g.tile0[1] = w.rows;
+  g.count = 1;
+  return gemv_any(g, w.enc, w.cols, x, accumulate, s);
+}
+
+bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
+                cudaStream_t s) {
+  return gemv_any(g, enc, cols, x, false, s);
 }
 
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,

@@ -1,6 +1,7 @@
-// Device helpers of the decode kernels (decode.cu, fused.cu): one thread's
-// 16-byte weight chunk times activations, activation chunk loads, and a
-// fixed-order block reduction.
+// Device helpers of the decode kernels (decode.cu, fused.cu): one lane's
+// 16-byte weight chunk (load, then multiply by activations, so a lane can
+// issue all its loads before it uses any), activation chunk loads, and
+// fixed-order warp / block reductions.
 #pragma once
 
 #include "kernels/cuda/rowdot.cuh"
@@ -15,19 +16,30 @@ struct Chunk;
 template <>
 struct Chunk<kF32> {
   static constexpr int kCols = 4;
-  __device__ static float dot(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
-                              int64_t i, const float* xv, const float*) {
-    const float4 q = __ldg(reinterpret_cast<const float4*>(w + row * cols * 4) + i);
-    return q.x * xv[0] + q.y * xv[1] + q.z * xv[2] + q.w * xv[3];
+  struct W {
+    float4 q;
+  };
+  __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
+                           int64_t i) {
+    return {__ldg(reinterpret_cast<const float4*>(w + row * cols * 4) + i)};
+  }
+  __device__ static float dot(const W& c, const float* xv, const float*) {
+    return c.q.x * xv[0] + c.q.y * xv[1] + c.q.z * xv[2] + c.q.w * xv[3];
   }
 };
 
 template <>
 struct Chunk<kBF16> {
   static constexpr int kCols = 8;
-  __device__ static float dot(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
-                              int64_t i, const float* xv, const float*) {
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(w + row * cols * 2) + i);
+  struct W {
+    uint4 q;
+  };
+  __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
+                           int64_t i) {
+    return {__ldg(reinterpret_cast<const uint4*>(w + row * cols * 2) + i)};
+  }
+  __device__ static float dot(const W& c, const float* xv, const float*) {
+    const uint4 q = c.q;
     return bf16f(q.x & 0xffff) * xv[0] + bf16f(q.x >> 16) * xv[1] + bf16f(q.y & 0xffff) * xv[2] +
            bf16f(q.y >> 16) * xv[3] + bf16f(q.z & 0xffff) * xv[4] + bf16f(q.z >> 16) * xv[5] +
            bf16f(q.w & 0xffff) * xv[6] + bf16f(q.w >> 16) * xv[7];
@@ -37,18 +49,24 @@ struct Chunk<kBF16> {
 template <>
 struct Chunk<kMXFP4> {
   static constexpr int kCols = 32;
-  __device__ static float dot(const uint8_t* w, const uint8_t* sc, int64_t row, int64_t cols,
-                              int64_t i, const float* xv, const float* lut) {
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(w + row * (cols / 2)) + i);
-    const float s = e8m0f(__ldg(sc + row * (cols / 32) + i));
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+  struct W {
+    uint4 q;
+    uint32_t s;  // e8m0 scale of the block
+  };
+  __device__ static W load(const uint8_t* w, const uint8_t* sc, int64_t row, int64_t cols,
+                           int64_t i) {
+    return {__ldg(reinterpret_cast<const uint4*>(w + row * (cols / 2)) + i),
+            __ldg(sc + row * (cols / 32) + i)};
+  }
+  __device__ static float dot(const W& c, const float* xv, const float* lut) {
+    const uint32_t words[4] = {c.q.x, c.q.y, c.q.z, c.q.w};
     float part = 0.0f;  // code values x activations; scaled once per block
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const uint32_t byte = (words[j / 4] >> (8 * (j % 4))) & 0xffu;
       part += lut[byte & 15] * xv[2 * j] + lut[byte >> 4] * xv[2 * j + 1];
     }
-    return part * s;
+    return part * e8m0f(c.s);
   }
 };
 
@@ -76,6 +94,20 @@ __device__ __forceinline__ float block_sum(float (&v)[R], float (*red)[kMaxThrea
   if (threadIdx.x < R)
     for (int w = 0; w < nw; ++w) t += red[threadIdx.x][w];
   return t;
+}
+
+// Warp sums of v[r] (butterflies: every lane holds every total); lane r < R
+// returns row r's total.
+template <int R>
+__device__ __forceinline__ float warp_rows_sum(float (&v)[R]) {
+  const int lane = threadIdx.x & 31;
+  float mine = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float s = warp_sum(v[r]);
+    if (lane == r) mine = s;
+  }
+  return mine;
 }
 
 }  // namespace moetier::cuda

@@ -1,6 +1,6 @@
 // Fused decode-step kernels (kernels/cuda/cuda.h): the residual add with the
-// next RMSNorm; several GEMVs of one input in one launch (q/k/v); attention's
-// per-head norm + RoPE + KV-cache write in one launch. Each computes what the
+// next RMSNorm; attention's per-head norm + RoPE + KV-cache write in one
+// launch (several GEMVs of one input in one launch: decode.cu). Each computes what the
 // separate kernels compute, with the same arithmetic (double sum of squares,
 // cos/sin in double).
 #include "kernels/cuda/cuda.h"
@@ -38,28 +38,6 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int
   __shared__ double part[33];
   const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(dim)) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w[i] * (xr[i] * r);
-}
-
-// Blocks [tile0[m], tile0[m+1]) compute the rows of matrix m, one row each.
-template <int ENC>
-__global__ void __launch_bounds__(256) gemv_multi_kernel(GemvMulti g, int64_t cols,
-                                                         const float* x) {
-  using C = Chunk<ENC>;
-  __shared__ float lut[16];
-  __shared__ float red[1][8];
-  if constexpr (ENC == kMXFP4) fill_e2m1(lut);
-  __syncthreads();
-  int m = 0;
-  while (m + 1 < g.count && int64_t(blockIdx.x) >= g.tile0[m + 1]) ++m;
-  const int64_t row = int64_t(blockIdx.x) - g.tile0[m];
-  float acc[1] = {0.0f};
-  for (int64_t i = threadIdx.x; i < cols / C::kCols; i += blockDim.x) {
-    float xv[C::kCols];
-    load_x<C::kCols>(x, i, xv);
-    acc[0] += C::dot(g.w[m], g.sc[m], row, cols, i, xv, lut);
-  }
-  const float t = block_sum<1>(acc, red);
-  if (threadIdx.x == 0) g.y[m][row] = t;
 }
 
 // Grid: n x (nh + 2 nkv) blocks (q heads, k heads, v heads) of one head row.
@@ -114,23 +92,6 @@ void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t di
   if (n <= 0) return;
   const int block = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 128);
   add_rmsnorm_kernel<<<unsigned(n), block, 0, s>>>(x, y, w, dim, eps, xn);
-}
-
-bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
-                cudaStream_t s) {
-  const int64_t m = enc == WeightEncoding::F32 ? 4 : enc == WeightEncoding::BF16 ? 8 : 32;
-  if (g.count < 1 || g.count > GemvMulti::kMax || enc == WeightEncoding::CB3 || cols % m)
-    return false;
-  const unsigned blocks = unsigned(g.tile0[g.count]);
-  const unsigned t = unsigned(std::min<int64_t>(256, std::max<int64_t>(32, (cols / m + 31) / 32 * 32)));
-  switch (enc) {
-    case WeightEncoding::F32:
-      return gemv_multi_kernel<kF32><<<blocks, t, 0, s>>>(g, cols, x), true;
-    case WeightEncoding::BF16:
-      return gemv_multi_kernel<kBF16><<<blocks, t, 0, s>>>(g, cols, x), true;
-    default:
-      return gemv_multi_kernel<kMXFP4><<<blocks, t, 0, s>>>(g, cols, x), true;
-  }
 }
 
 bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,

@@ -2,6 +2,7 @@
 // router (kernels/cuda/cuda.h). Each mirrors the CPU kernel's arithmetic
 // (double sum of squares in RMSNorm, f32 products, cos/sin in double).
 #include <cfloat>
+#include <cmath>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/rowdot.cuh"
@@ -78,79 +79,101 @@ __global__ void embed_kernel(const uint8_t* w, const uint8_t* sc, int64_t cols, 
   GRID_STRIDE(i, n * cols) out[i] = weight_at<ENC>(w, sc, ids[i / cols], i % cols, cols, lut);
 }
 
-// Block max / sum over blockDim.x <= 1024 threads.
-__device__ float block_reduce(float v, bool is_max, float* sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float u = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, u) : v + u;
-  }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = sh[0];
-    for (int i = 1; i < int(blockDim.x + 31) / 32; ++i) t = is_max ? fmaxf(t, sh[i]) : t + sh[i];
-    sh[32] = t;
-  }
-  __syncthreads();
-  return sh[32];
-}
-
-// One block per token, one thread per expert.
-__global__ void softmax_topk_kernel(const float* logits, int64_t e, int64_t k, int renorm,
-                                    float* probs, int32_t* ids, float* weights) {
-  __shared__ float sh[33];
-  __shared__ float sel_v[32], wv[32];
-  __shared__ int sel_i[32], wi[32];
+// One warp per token; lane j holds the probabilities of experts j, j + 32,
+// ... (V per lane). k rounds of a warp arg-max (ties to the lower id); the
+// weights are summed in selection order by lane 0.
+template <int V>
+__global__ void __launch_bounds__(32)
+    softmax_topk_kernel(const float* logits, int64_t e, int64_t k, int renorm, float* probs,
+                        int32_t* ids, float* weights) {
   const int64_t t = blockIdx.x;
-  const int j = threadIdx.x;
-  const bool live = j < e;
-  const float l = live ? logits[t * e + j] : -FLT_MAX;
-  const float m = block_reduce(l, true, sh);
-  const float ex = live ? expf(l - m) : 0.0f;
-  const float sum = block_reduce(ex, false, sh);
-  const float p = live ? ex / sum : -1.0f;
-  if (live) probs[t * e + j] = p;
-  float mine = p;
+  const int lane = threadIdx.x;
+  float p[V];
+  float m = -FLT_MAX;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int64_t j = lane + 32 * i;
+    p[i] = j < e ? logits[t * e + j] : -FLT_MAX;
+    m = fmaxf(m, p[i]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    p[i] = lane + 32 * i < e ? expf(p[i] - m) : 0.0f;
+    sum += p[i];
+  }
+  sum = warp_sum(sum);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < e) {
+      p[i] = p[i] / sum;
+      probs[t * e + j] = p[i];
+    } else {
+      p[i] = -1.0f;
+    }
+  }
+  float sel_sum = 0.0f;
   for (int64_t r = 0; r < k; ++r) {
-    // Largest probability, ties to the lower id: reduce (value, -id) pairs.
-    float v = mine;
-    int id = live ? j : INT32_MAX;
+    float v = -2.0f;
+    int id = INT32_MAX, at = 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i)  // ascending ids: the first maximum wins ties
+      if (p[i] > v) v = p[i], id = lane + 32 * i, at = i;
+    const int mine = id;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
       const int id2 = __shfl_xor_sync(0xffffffffu, id, o);
       if (v2 > v || (v2 == v && id2 < id)) v = v2, id = id2;
     }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) {
-      wv[threadIdx.x / 32] = v;
-      wi[threadIdx.x / 32] = id;
+    if (id == mine) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i == at) p[i] = -2.0f;  // taken
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float bv = wv[0];
-      int best = wi[0];
-      for (int w = 1; w < int(blockDim.x + 31) / 32; ++w)
-        if (wv[w] > bv || (wv[w] == bv && wi[w] < best)) bv = wv[w], best = wi[w];
-      sel_i[r] = best;
-      sel_v[r] = bv;
-    }
-    __syncthreads();
-    if (j == sel_i[r]) mine = -2.0f;  // taken
-  }
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-    for (int64_t r = 0; r < k; ++r) s += sel_v[r];
-    for (int64_t r = 0; r < k; ++r) {
-      ids[t * k + r] = sel_i[r];
-      weights[t * k + r] = renorm ? sel_v[r] / s : sel_v[r];
+    if (lane == 0) {
+      ids[t * k + r] = id;
+      weights[t * k + r] = v;
+      sel_sum += v;
     }
   }
+  __syncwarp();
+  if (renorm && lane == 0)
+    for (int64_t r = 0; r < k; ++r) weights[t * k + r] = weights[t * k + r] / sel_sum;
+}
+
+// One block: each thread scans a strided slice (first maximum), then a
+// shared-memory tree keeps the larger value, ties to the lower index.
+__global__ void __launch_bounds__(1024) argmax_kernel(const float* x, int64_t n, int32_t* out) {
+  __shared__ float sv[1024];
+  __shared__ int32_t si[1024];
+  float v = -INFINITY;
+  int32_t best = INT32_MAX;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    if (best == INT32_MAX || x[i] > v) v = x[i], best = int32_t(i);
+  sv[threadIdx.x] = v, si[threadIdx.x] = best;
+  __syncthreads();
+  for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) {
+      const float v2 = sv[threadIdx.x + o];
+      const int32_t i2 = si[threadIdx.x + o];
+      if (i2 != INT32_MAX && (si[threadIdx.x] == INT32_MAX || v2 > sv[threadIdx.x] ||
+                              (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])))
+        sv[threadIdx.x] = v2, si[threadIdx.x] = i2;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = si[0];
 }
 
 }  // namespace
+
+void argmax(const float* x, int64_t n, int32_t* out, cudaStream_t s) {
+  argmax_kernel<<<1, 1024, 0, s>>>(x, n, out);
+}
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
              cudaStream_t s) {
@@ -201,9 +224,14 @@ void embed(const MatView& t, const int32_t* ids, int64_t n, float* out, cudaStre
 void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renorm, float* probs,
                   int32_t* ids, float* weights, cudaStream_t s) {
   if (n <= 0) return;
-  const int block = int((e + 31) / 32 * 32);
-  softmax_topk_kernel<<<unsigned(n), block, 0, s>>>(logits, e, k, renorm ? 1 : 0, probs, ids,
-                                                    weights);
+  const int r = renorm ? 1 : 0;
+  const unsigned g = unsigned(n);
+  if (e <= 128)
+    softmax_topk_kernel<4><<<g, 32, 0, s>>>(logits, e, k, r, probs, ids, weights);
+  else if (e <= 256)
+    softmax_topk_kernel<8><<<g, 32, 0, s>>>(logits, e, k, r, probs, ids, weights);
+  else
+    softmax_topk_kernel<32><<<g, 32, 0, s>>>(logits, e, k, r, probs, ids, weights);
 }
 
 }  // namespace moetier::cuda
