@@ -20,6 +20,7 @@
 #   llama.cpp.sh validate MODEL_DIR [OUT_DIR] [PROMPT...]
 #                                             values, greedy tokens, logits: moetier vs llama.cpp
 #   llama.cpp.sh bin NAME                     path of a built llama.cpp binary
+#   llama.cpp.sh side-by-side MODEL_DIR OUT_DIR [...]   moetier vs llama-server (side_by_side.sh)
 #
 # Environment: PEERS_DIR, LLAMA_SRC (default $PEERS_DIR/llama.cpp), LLAMA_BUILD
 # (build dir used by convert/bench; default: build-cuda if it has llama-bench, else
@@ -422,5 +423,6 @@ case ${1:-} in
   validate) shift; cmd_validate "$@";;
   version) cat "$PEERS_DIR/llama.cpp.version";;
   bin) shift; find_bin "$@";;
+  side-by-side) shift; exec bash "$HERE/side_by_side.sh" "$@";;
   *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ] && exit 2; exit 0;;
 esac

@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -23,6 +24,32 @@ void DeviceBuffer::reset() {
   owner_ = nullptr;
   p_ = nullptr;
   bytes_ = 0;
+}
+
+void DeviceMemoryCounter::on_alloc(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_[p] = bytes;
+  use_.now += bytes;
+  use_.peak = std::max(use_.peak, use_.now);
+}
+
+bool DeviceMemoryCounter::on_release(const void* p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = live_.find(p);
+  if (it == live_.end()) return false;
+  use_.now -= it->second;
+  live_.erase(it);
+  return true;
+}
+
+DeviceMemoryUse DeviceMemoryCounter::use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return use_;
+}
+
+void DeviceMemoryCounter::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  use_.peak = use_.now;
 }
 
 uint64_t WeightStore::bytes() const {

@@ -20,8 +20,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
@@ -75,6 +78,29 @@ struct ExpertBatch {
   float* out = nullptr;  // [n, hidden] device, accumulated into
 };
 
+// Device memory a backend holds through alloc() (not alloc_host()): the bytes
+// allocated now and the most allocated at once since the backend was made or
+// since the last reset_peak(). Thread-safe (buffers may be freed from any
+// thread). Backends that count keep one and report it from memory_use().
+struct DeviceMemoryUse {
+  uint64_t now = 0, peak = 0;
+};
+
+class DeviceMemoryCounter {
+ public:
+  void on_alloc(const void* p, size_t bytes);
+  // Returns false (and counts nothing) for a pointer on_alloc never saw
+  // (alloc_host's buffers, where one release() frees both kinds).
+  bool on_release(const void* p);
+  DeviceMemoryUse use() const;
+  void reset_peak();  // peak = now
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<const void*, size_t> live_;
+  DeviceMemoryUse use_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -94,6 +120,11 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;     // device to device
   virtual void fill_zero(float* x, int64_t n) = 0;
   virtual void synchronize() = 0;
+  // Device memory allocated through alloc(), now and at peak (above); nullopt
+  // for a backend that does not count. reset_memory_peak() starts a new peak
+  // (the bench does, before each run).
+  virtual std::optional<DeviceMemoryUse> memory_use() const { return std::nullopt; }
+  virtual void reset_memory_peak() {}
 
   // Weights (see the protocol above).
   virtual MatView weights(const MatView& host, WeightStore& store) = 0;

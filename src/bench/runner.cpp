@@ -108,6 +108,7 @@ struct RunOut {
 
 RunOut one_run(Engine& e, const std::vector<int32_t>& ids, const Workload& w, const ModelBytes& mb,
                const Bounds& b, const ArmOptions& opt, const std::string& tag) {
+  e.backend().reset_memory_peak();  // this run's peak, its session's KV cache included
   auto session = e.new_session(int64_t(ids.size()) + w.gen_tokens + 1);
   if (opt.on_phase) opt.on_phase("prefill " + tag);
   const Snap s0 = snap(e.stats());
@@ -128,6 +129,7 @@ RunOut one_run(Engine& e, const std::vector<int32_t>& ids, const Workload& w, co
   r["prompt_tps"] = double(ids.size()) / prefill_s;
   if (steps > 0) r["decode_tps"] = double(steps) / decode_s;
   r["peak_host_bytes"] = peak_rss_bytes();
+  if (const auto m = e.backend().memory_use()) r["peak_device_bytes"] = m->peak;
   const double bound_s = decode_bound_s(mb, b, s1, s2, steps);
   if (bound_s > 0) out.decode_bound_tps = 1.0 / bound_s;
   return out;

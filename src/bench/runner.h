@@ -6,7 +6,8 @@
 // Figures per run: ttft_s (prefill + the first token's choice), prompt_tps,
 // decode_tps (gen_tokens - 1 decode steps over their time), the expert
 // counters' difference over the run (uses, reads, bytes, hit rates per tier,
-// stall), /proc/self/io read bytes, the process's peak RSS. The first run of
+// stall), /proc/self/io read bytes, the process's peak RSS, the backend's peak
+// device memory over the run (Backend::memory_use, when it counts). The first run of
 // the arm is cold: the checkpoint's pages are dropped from the page cache
 // first (posix_fadvise DONTNEED on every shard; page_cache_dropped says whether
 // that succeeded) and the arena is as load left it; later runs are warm.

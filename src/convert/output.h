@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -51,6 +52,9 @@ struct TensorInfo;
 struct ConvertControl {
   const std::atomic<bool>* cancel = nullptr;  // polled between tensors
   int64_t fail_after = -1;  // test hook: throw after this many output tensors (-1: none)
+  // Optional: called with the source tensors (prune) or expert matrices
+  // (repack) done so far of the total (a progress bar).
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 inline constexpr uint64_t kRecordAlign = 4096;  // start of every expert record

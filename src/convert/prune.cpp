@@ -150,10 +150,12 @@ PruneReport prune_checkpoint(const Checkpoint& ck, const std::vector<std::vector
     const auto n = parse_layer_tensor(t.name, names);
     return n && n->expert >= 0 ? rec_shard.at(record_key(n->layer, n->expert)) : t.shard;
   };
+  int64_t done = 0;
   for (uint32_t s = 0; s < ck.shards().size(); ++s) {
     std::vector<OutTensor> tensors;
     for (const TensorInfo* t : order) {
       if (dest(*t) != s) continue;
+      if (control.progress) control.progress(++done, int64_t(order.size()));
       if (is_expert_tensor(t->name, names)) rep.expert_bytes_before += t->nbytes();
       if (is_router(t->name, names)) rep.router_bytes_before += t->nbytes();
       const size_t before = tensors.size();

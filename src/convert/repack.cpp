@@ -51,7 +51,6 @@ struct Repacker {
   RepackReport rep;
   std::vector<float> dense;               // [rows, cols] the matrix being encoded
   std::map<int64_t, uint32_t> rec_shard;  // record_key(layer, expert) -> output shard
-  int64_t logged_layer = -1;
 
   Repacker(const Checkpoint& c, const ModelSpec& f, const RepackOptions& o,
            DerivedCheckpointWriter& wr)
@@ -73,9 +72,9 @@ struct Repacker {
   // Encodes projection p (0 gate, 1 up, 2 down) of (layer, expert) into two
   // output tensors.
   void emit(int64_t layer, int64_t expert, int p, std::vector<OutTensor>& out) {
-    if (opt.log && layer != logged_layer)
-      opt.log(fmt::format("repack: layer {} of {}", layer + 1, cfg.num_layers));
-    logged_layer = layer;
+    if (opt.control.progress)
+      opt.control.progress(rep.matrices + 1,
+                           int64_t(cfg.moe_layers().size()) * cfg.num_experts * 3);
     const ExpertView& v = src.view(layer, int32_t(expert));
     const MatView& m = p == 0 ? v.gate : p == 1 ? v.up : v.down;
     const std::string base =

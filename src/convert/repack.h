@@ -26,7 +26,7 @@ struct RepackOptions {
   CalibOptions calib_opt;
   int iterations = 16;  // Lloyd iterations per row (at most)
   ConvertControl control;
-  std::function<void(const std::string&)> log;  // progress lines (optional)
+  std::function<void(const std::string&)> log;  // "calibrating on ..." (optional)
 };
 
 struct RepackReport {

@@ -165,7 +165,10 @@ std::string render_page(std::vector<ResultFile>& files, const ReportOptions& opt
                throughput_table(arms));
   s += section("memory", "Memory",
                "Where each arm's memory went: resident core, expert arena, "
-               "KV cache and headroom; the line is the budget it ran under.",
+               "KV cache and headroom; the line is the budget it ran under. The thin bars: the "
+               "host RAM tier, and the most device memory the backend held during a run "
+               "(peak_device_bytes; on the CPU backend, the host memory it allocated for the KV "
+               "cache and activations).",
                chart_div("chart-memory"), memory_table(arms));
   s += section("storage", "Storage traffic",
                "Logical expert reads (the engine's counter) and physical process reads "

@@ -138,17 +138,33 @@ std::string throughput_table(const std::vector<ArmRef>& arms) {
   return s + "</tbody></table>";
 }
 
+namespace {
+
+// The most peak_device_bytes of an arm's runs; nullopt when none has it.
+std::optional<double> max_device_peak(const ArmRef& a) {
+  std::optional<double> best;
+  for (const auto& w : workloads(a)) {
+    if (!w.contains("runs") || !w["runs"].is_array()) continue;
+    for (const auto& r : w["runs"])
+      if (const auto v = number_at(r, "peak_device_bytes")) best = std::max(best.value_or(*v), *v);
+  }
+  return best;
+}
+
+}  // namespace
+
 std::string memory_table(const std::vector<ArmRef>& arms) {
-  std::string s =
-      "<table>" +
-      head_row({"arm", "budget", "core", "arena", "KV cache", "headroom", "host tier"}) + "<tbody>";
+  std::string s = "<table>" +
+                  head_row({"arm", "budget", "core", "arena", "KV cache", "headroom", "host tier",
+                            "peak device (most of the runs)"}) +
+                  "<tbody>";
   for (const auto& a : arms) {
     const json m = a.arm->value("memory", json::object());
     s += "<tr>" + text_cell(str(*a.arm, "name"));
     for (const char* k : {"budget_bytes", "core_bytes", "arena_bytes", "kv_bytes", "headroom_bytes",
                           "host_tier_bytes"})
       s += bytes_cell(number_at(m, k));
-    s += "</tr>";
+    s += bytes_cell(max_device_peak(a)) + "</tr>";
   }
   return s + "</tbody></table>";
 }

@@ -133,8 +133,14 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<Checkpoint> ck, const Engin
   std::unique_ptr<Engine> e(new Engine());
   e->ck_ = std::move(ck);
   const ModelSpec spec = model_spec(*e->ck_);  // refuses an unsupported architecture first
+  auto stage = [&opt](int64_t done, const char* what) {
+    if (opt.on_load) opt.on_load(done, 3, what);
+  };
+  stage(0, "backend");
   e->backend_ = make_backend(opt.backend);
+  stage(1, "core weights");
   e->model_ = load_model(*e->ck_, *e->backend_);
+  stage(2, "experts");
   e->mapped_ = opt.experts.mapped;
   const bool arena_flags = !opt.experts.arena.empty() || opt.experts.arena_experts >= 0 ||
                            !opt.experts.host_cache.empty();
@@ -146,10 +152,12 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<Checkpoint> ck, const Engin
       log->push_back(fmt::format("experts: all {} resident on {}",
                                  spec.moe_layers().size() * size_t(spec.num_experts),
                                  e->backend_->name()));
+    stage(3, "ready");
     return e;
   }
   if (e->mapped_) {
     e->experts_ = std::make_unique<MappedExperts>(*e->ck_, spec);
+    stage(3, "ready");
     return e;
   }
   ExpertOptions eo = opt.experts;
@@ -157,6 +165,7 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<Checkpoint> ck, const Engin
   auto p = make_expert_provider(*e->ck_, spec, eo, &e->stats_, &summary, e->backend_.get());
   if (log && !eo.quiet) log->push_back(summary);
   e->experts_ = std::move(p);
+  stage(3, "ready");
   return e;
 }
 

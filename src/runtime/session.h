@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -81,6 +82,9 @@ class Session {
 struct EngineOptions {
   std::string backend = "cpu";  // --backend cpu | cuda[:N]
   ExpertOptions experts;        // --arena, --mapped, ... (experts/options.h)
+  // Called as open() goes through its stages (optional; a progress bar):
+  // (0, 3, "backend"), (1, 3, "core weights"), (2, 3, "experts"), (3, 3, "ready").
+  std::function<void(int64_t done, int64_t total, const char* stage)> on_load;
 };
 
 class Engine {

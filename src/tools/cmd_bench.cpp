@@ -19,6 +19,7 @@
 #include "bench/runner.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "experts/index.h"
 #include "format/safetensors.h"
 #include "format/tokenizer.h"
@@ -192,6 +193,42 @@ void bench_endpoint(const BenchArgs& a, const std::vector<Workload>& workloads) 
   write_file_atomic(a.json_path, out.dump(2) + "\n");
 }
 
+// The engine, with a progress bar over open()'s stages; sets load_s.
+std::unique_ptr<Engine> open_engine(const BenchArgs& a, double& load_s) {
+  std::vector<std::string> log;
+  const auto t0 = std::chrono::steady_clock::now();
+  EngineOptions eo = a.engine;
+  Progress load("bench: load " + a.dir, 3);
+  eo.on_load = [&load](int64_t d, int64_t, const char* stage) { load.update(d, stage); };
+  auto e = Engine::open(a.dir, eo, &log);
+  load.finish();
+  load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& line : log) std::fprintf(stderr, "moetier: %s\n", line.c_str());
+  return e;
+}
+
+// The arm's options: each finished run is a line above the runs' progress bar,
+// each phase a monitor sample.
+ArmOptions arm_options(const BenchArgs& a, const std::vector<Workload>& workloads,
+                       monitor::Monitor& mon, Progress& runs) {
+  ArmOptions opt;
+  opt.flags = engine_flags(a);
+  opt.name = a.name.empty() ? "moetier " + opt.flags : a.name;
+  opt.workloads = workloads;
+  opt.runs = a.runs;
+  opt.seed = a.seed;
+  opt.drop_page_cache = !a.no_drop;
+  opt.on_result = [&runs, done = int64_t(0)](const std::string& l) mutable {
+    runs.note("moetier: " + l);
+    runs.update(++done, "runs");
+  };
+  opt.on_phase = [&mon](const std::string& phase) {
+    mon.set_phase(phase);
+    mon.sample_now();
+  };
+  return opt;
+}
+
 void bench(const BenchArgs& a) {
   check(a.runs >= 1, "--runs: {} must be at least 1", a.runs);
   const std::vector<Workload> workloads = pick_workloads(a);
@@ -202,12 +239,8 @@ void bench(const BenchArgs& a) {
   monitor::Monitor mon(a.monitor_period);  // samples every phase (docs/bench-format.md "monitor")
   mon.set_phase("load");
   mon.sample_now();
-  std::vector<std::string> log;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto e = Engine::open(a.dir, a.engine, &log);
-  const double load_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const auto& line : log) std::fprintf(stderr, "moetier: %s\n", line.c_str());
+  double load_s = 0;
+  auto e = open_engine(a, load_s);
   const ContextLimit lim = context_limit(a.ctx, e->spec(), a.dir);
   std::optional<Tokenizer> tok;
   if (std::filesystem::exists(std::filesystem::path(a.dir) / "tokenizer.json"))
@@ -215,19 +248,10 @@ void bench(const BenchArgs& a) {
   const ExpertIndex index = ExpertIndex::build(e->checkpoint(), e->spec());
   const ModelBytes mb = model_bytes(e->checkpoint(), e->spec(), index);
   const Bounds b = a.no_probe ? Bounds{} : probe(*e, index, !e->mapped());
-  ArmOptions opt;
-  opt.flags = engine_flags(a);
-  opt.name = a.name.empty() ? "moetier " + opt.flags : a.name;
-  opt.workloads = workloads;
-  opt.runs = a.runs;
-  opt.seed = a.seed;
-  opt.drop_page_cache = !a.no_drop;
-  opt.on_result = [](const std::string& l) { std::fprintf(stderr, "moetier: %s\n", l.c_str()); };
-  opt.on_phase = [&mon](const std::string& phase) {
-    mon.set_phase(phase);
-    mon.sample_now();
-  };
-  json arm = run_arm(*e, tok ? &*tok : nullptr, opt, mb, b, lim.tokens);
+  Progress runs("bench", int64_t(workloads.size()) * a.runs);
+  json arm =
+      run_arm(*e, tok ? &*tok : nullptr, arm_options(a, workloads, mon, runs), mb, b, lim.tokens);
+  runs.finish();
   if (a.coherence || !a.coherence_file.empty()) {
     check(tok.has_value(), "--coherence: {} has no tokenizer.json", a.dir);
     mon.set_phase("coherence");

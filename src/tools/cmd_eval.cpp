@@ -12,7 +12,6 @@
 // ids differ are an error before any model loads); then each
 // arm is loaded, scored on every corpus and released in turn, so one model is
 // in memory at a time.
-#include <unistd.h>
 
 #include <cctype>
 #include <chrono>
@@ -29,6 +28,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "format/safetensors.h"
 #include "format/tokenizer.h"
 #include "kernels/cpu/cpu.h"
@@ -207,13 +207,6 @@ std::string arena_description(const ExpertOptions& o) {
   return s + " --policy " + o.policy;
 }
 
-void progress_line(const std::string& arm, const std::string& corpus, int64_t done, int64_t total) {
-  if (!::isatty(STDERR_FILENO)) return;
-  std::fprintf(stderr, "\rmoetier: eval %s %s: window %lld/%lld", arm.c_str(), corpus.c_str(),
-               (long long)done, (long long)total);
-  std::fflush(stderr);
-}
-
 // Loads one arm, scores every corpus, releases the model on return.
 ArmResult score_arm(const Named& arm, const std::vector<Corpus>& corpora, const EvalArgs& a) {
   ArmResult r{arm, "mapped", {}, {}, json()};
@@ -235,17 +228,16 @@ ArmResult score_arm(const Named& arm, const std::vector<Corpus>& corpora, const 
     EvalOptions ev;
     ev.window = a.max_tokens;
     ev.max_windows = c.windows;
-    ev.progress = [&](int64_t d, int64_t t) { progress_line(arm.name, c.src.name, d, t); };
+    Progress prog("eval " + arm.name + " " + c.src.name, c.windows);
+    ev.progress = [&prog](int64_t d, int64_t) { prog.update(d, "windows"); };
     const auto t0 = std::chrono::steady_clock::now();
     r.scores.push_back(score_windows(engine->model(), engine->experts(), c.ids, ev));
     r.seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const double tokens = double(c.windows * a.max_tokens);
-    std::fprintf(stderr,
-                 "%smoetier: eval %s %s: %lld windows x %lld tokens in %.1f s (%.0f tok/s)\n",
-                 ::isatty(STDERR_FILENO) ? "\r" : "", arm.name.c_str(), c.src.name.c_str(),
-                 (long long)c.windows, (long long)a.max_tokens, r.seconds.back(),
-                 r.seconds.back() > 0 ? tokens / r.seconds.back() : 0.0);
+    prog.finish(fmt::format("{} windows x {} tokens in {:.1f} s ({:.0f} tok/s)", c.windows,
+                            a.max_tokens, r.seconds.back(),
+                            r.seconds.back() > 0 ? tokens / r.seconds.back() : 0.0));
   }
   if (use_arena(a.experts)) {
     ExpertStats& stats = engine->stats();

@@ -4,9 +4,11 @@
 // {"layers": [[count per expert], ...]} file); docs/prune-repack.md.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "convert/prune.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "tools/command.h"
 
@@ -21,7 +23,13 @@ void run_prune(const PruneArgs& a) {
   InterruptGuard guard;
   ConvertControl control;
   control.cancel = guard.flag();
+  std::optional<Progress> prog;  // its total comes with the first call
+  control.progress = [&prog](int64_t done, int64_t total) {
+    if (!prog) prog.emplace("prune", total);
+    prog->update(done, "tensors");
+  };
   const PruneReport r = prune_checkpoint(a.dir, a.trace, a.keep, a.out, control);
+  if (prog) prog->finish();
   std::printf("pruned %s -> %s: kept %lld of %lld experts per MoE layer (use counts: %s)\n",
               a.dir.c_str(), a.out.c_str(), (long long)r.keep, (long long)r.from,
               r.usage_source.c_str());

@@ -5,10 +5,12 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "convert/repack.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "kernels/cpu/cpu.h"
 #include "tools/command.h"
@@ -28,9 +30,17 @@ void run_repack(RepackArgs& a) {
   InterruptGuard guard;
   a.opt.control.cancel = guard.flag();
   a.opt.calib = a.calib;
-  if (::isatty(2))  // progress only for a person watching; stderr stays one line on error
-    a.opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  std::optional<Progress> prog;  // its total comes with the first call
+  a.opt.control.progress = [&prog](int64_t done, int64_t total) {
+    if (!prog) prog.emplace("repack", total);
+    prog->update(done, "expert matrices");
+  };
+  if (::isatty(2))  // the calibration line only for a person watching
+    a.opt.log = [](const std::string& line) {
+      std::fprintf(stderr, "moetier: %s\n", line.c_str());
+    };
   const RepackReport r = repack_checkpoint(a.dir, a.out, a.opt);
+  if (prog) prog->finish();
   std::printf("repacked %s -> %s: %lld expert matrices %s -> cb3\n", a.dir.c_str(), a.out.c_str(),
               (long long)r.matrices, r.source_encoding.c_str());
   std::printf("expert bytes: %s -> %s\n", format_bytes(r.expert_bytes_before).c_str(),

@@ -8,6 +8,8 @@
 // context (--ctx, else max_position_embeddings) or nothing runs. Writes TRACE (binary),
 // TRACE.json (summary) and TRACE.ranking (for --policy pinned --ranking), each
 // atomically. "-" reads a corpus from stdin.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +21,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "experts/trace.h"
 #include "format/safetensors.h"
@@ -145,6 +148,8 @@ void trace(const TraceArgs& a) {
   TraceRecorder rec(writer, model.spec());
   const int64_t F = int64_t(a.corpus.size());
   uint32_t seq = 0;
+  Progress prog("trace", a.tokens);
+  int64_t traced = 0;  // tokens over every corpus so far
   for (int64_t i = 0; i < F; ++i) {
     const int64_t quota = a.tokens / F + (i < a.tokens % F ? 1 : 0);
     CorpusStream text(a.corpus[size_t(i)]);
@@ -162,11 +167,14 @@ void trace(const TraceArgs& a) {
       const int64_t d = std::min(a.decode, quota - done - int64_t(prompt.size()));
       rec.run_window(model, experts, prompt, d, seq++, uint16_t(i));
       done += int64_t(prompt.size()) + d;
+      prog.update(traced + done, "tokens");
     }
-    std::fprintf(stderr, "moetier: trace: %s: %lld tokens (%s of text read)%s\n",
-                 a.corpus[size_t(i)].c_str(), (long long)done, format_bytes(text.bytes()).c_str(),
-                 done < quota ? ", the text ran out before its share" : "");
+    traced += done;
+    prog.note(fmt::format("moetier: trace: {}: {} tokens ({} of text read){}", a.corpus[size_t(i)],
+                          done, format_bytes(text.bytes()),
+                          done < quota ? ", the text ran out before its share" : ""));
   }
+  prog.finish();
   check(writer.tokens() > 0, "--corpus: the corpus gave no tokens");
   writer.commit();
   const Trace t = read_trace(a.out);  // validates what was written

@@ -92,6 +92,7 @@ for (const id of ['chart-decode', 'chart-prompt', 'chart-ttft', 'chart-memory', 
 const tips = [...allHtml().matchAll(/data-tip="([^"]*)"/g)].map((m) => decode(m[1]));
 found.tips = tips.length;
 found.decodeTips = tips.filter((t) => /decode_tps/.test(t));
+found.peakTip = tips.find((t) => /peak device memory/.test(t)) || '';
 
 const tip = byId.tip;
 const sim = byId['chart-simulate'].querySelector('svg.lc');

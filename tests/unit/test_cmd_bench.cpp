@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "bench/workloads.h"
 #include "cli_runner.h"
@@ -65,6 +66,30 @@ TEST(CmdBench, WritesTheSchemaWithExactCounts) {
   EXPECT_DOUBLE_EQ(w["median"]["decode_tps"].get<double>(),
                    w["runs"][1]["decode_tps"].get<double>());
   EXPECT_FALSE(w.contains("bound"));  // --no-probe: no bound, no fraction
+  fs::remove(out);
+}
+
+// peak_device_bytes per run: on the CPU backend alloc()'s buffers (the KV
+// cache, activations; the arena is the expert store's own host memory), so at
+// least the run's KV cache (8 layers x K and V x 2 heads x 64 x f32 = 8192
+// bytes a position), growing with the context, and less than the run's RSS.
+TEST(CmdBench, RecordsPeakDeviceMemoryPerRun) {
+  const fs::path out = scratch("moetier_bench_peak");
+  std::vector<uint64_t> peaks;
+  for (int prompt : {24, 400}) {
+    const CliResult r = run_cli("bench " + kTiny + " --prompt-tokens " + std::to_string(prompt) +
+                                " --gen 8 --runs 2 --no-probe --json " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const json arm = json::parse(slurp(out))["arms"][0];
+    const uint64_t kv = 8192u * uint64_t(prompt + 8 + 1);
+    for (const json& run : arm["workloads"][0]["runs"]) {
+      ASSERT_TRUE(run.contains("peak_device_bytes")) << run;
+      EXPECT_GE(run["peak_device_bytes"].get<uint64_t>(), kv);
+      EXPECT_LT(run["peak_device_bytes"].get<uint64_t>(), run["peak_host_bytes"].get<uint64_t>());
+    }
+    peaks.push_back(arm["workloads"][0]["runs"][1]["peak_device_bytes"].get<uint64_t>());
+  }
+  EXPECT_GE(peaks[1] - peaks[0], 8192u * (400 - 24)) << "the longer context's KV cache";
   fs::remove(out);
 }
 

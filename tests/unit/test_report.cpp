@@ -61,6 +61,9 @@ std::string problem(const json& doc) {
 TEST(Report, ThePageHoldsEveryArmAndWorkloadValue) {
   const json doc = fixture();
   const std::string page = render_report({load_result(kFixture)});
+  // The memory table: the most peak_device_bytes of the runs (15712345 of code's three).
+  EXPECT_NE(page.find("<td class=num title=\"" + format_number(15712345) + " B\">"),
+            std::string::npos);
   for (const auto& arm : doc["arms"]) {
     EXPECT_NE(page.find("<td>" + arm["name"].get<std::string>() + "</td>"), std::string::npos)
         << arm["name"];
@@ -248,6 +251,9 @@ TEST(ReportScript, RunsAndDrawsEveryChartInNode) {
   for (const auto& tip : f["decodeTips"])
     decode |= tip.get<std::string>().find("decode_tps: 508.65 tok/s") != std::string::npos;
   EXPECT_TRUE(decode) << f["decodeTips"];
+  EXPECT_NE(f["peakTip"].get<std::string>().find("peak device memory: 15712345 B"),
+            std::string::npos)
+      << f["peakTip"];
   EXPECT_NE(f["simulateTip"].get<std::string>().find(" B ("), std::string::npos);
   EXPECT_NE(f["simulateTip"].get<std::string>().find("min (optimal)"), std::string::npos);
   EXPECT_NE(f["monitorTip"].get<std::string>().find("t = "), std::string::npos);

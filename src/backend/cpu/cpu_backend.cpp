@@ -37,6 +37,7 @@ class CpuBackend final : public Backend {
     const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
     void* p = std::aligned_alloc(64, rounded);
     check(p != nullptr, "cpu backend: cannot allocate {}", format_bytes(bytes));
+    memory_.on_alloc(p, rounded);
     return DeviceBuffer(this, p, bytes);
   }
   DeviceBuffer alloc_host(size_t bytes) override {
@@ -45,7 +46,15 @@ class CpuBackend final : public Backend {
     check(p != nullptr, "cpu backend: cannot allocate {} of host memory", format_bytes(bytes));
     return DeviceBuffer(this, p, bytes);
   }
-  void release(void* p, size_t) override { std::free(p); }
+  void release(void* p, size_t) override {
+    memory_.on_release(p);
+    std::free(p);
+  }
+  // alloc()'s buffers (host memory here: KV cache, activations, scratch; not
+  // the checkpoint's mapping, which weights are used from, nor alloc_host, nor
+  // the expert arena, which the expert store allocates itself on a host backend).
+  std::optional<DeviceMemoryUse> memory_use() const override { return memory_.use(); }
+  void reset_memory_peak() override { memory_.reset_peak(); }
   void to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void copy(void* dst, const void* src, size_t n) override { std::memmove(dst, src, n); }
@@ -87,6 +96,8 @@ class CpuBackend final : public Backend {
   void expert_batch(const ExpertBatch& b) override;
 
  private:
+  // First member: destroyed last, after every buffer the backend owns is freed.
+  DeviceMemoryCounter memory_;  // alloc()'s buffers
   void run_expert(const ExpertBatch& b, size_t i, float* ys);
   std::vector<int32_t> order_;  // [e] router scratch
   std::vector<float> ys_;       // [pairs, H] expert outputs of a batch

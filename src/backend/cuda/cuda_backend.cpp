@@ -121,7 +121,8 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
         "(a step run before must size every buffer)",
         format_bytes(bytes));
   void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  const size_t asked = std::max<size_t>(bytes, 256);
+  const cudaError_t e = cudaMalloc(&p, asked);
   if (e != cudaSuccess) {
     cudaGetLastError();
     size_t free_b = 0, total = 0;
@@ -129,6 +130,7 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
     fail("{}: cannot allocate {} of device memory ({} free of {}): {}", name_, format_bytes(bytes),
          format_bytes(free_b), format_bytes(total), cudaGetErrorString(e));
   }
+  memory_.on_alloc(p, asked);
   return DeviceBuffer(this, p, bytes);
 }
 
@@ -145,6 +147,7 @@ DeviceBuffer CudaBackend::alloc_host(size_t bytes) {
 
 void CudaBackend::release(void* p, size_t) {
   if (stream_) cudaStreamSynchronize(stream_);  // ops issued before may still use it
+  memory_.on_release(p);                        // alloc()'s only (alloc_host's are not counted)
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost)
     cudaFreeHost(p);

@@ -53,6 +53,9 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t n) override;
   void fill_zero(float* x, int64_t n) override { cuda::fill_zero(x, n, stream_), after("fill"); }
   void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "synchronize"); }
+  // cudaMalloc'd bytes (alloc(); not the pinned host buffers of alloc_host).
+  std::optional<DeviceMemoryUse> memory_use() const override { return memory_.use(); }
+  void reset_memory_peak() override { memory_.reset_peak(); }
 
   MatView weights(const MatView& host, WeightStore& store) override;
   const float* vector(std::span<const float> host, WeightStore& store) override;
@@ -117,6 +120,8 @@ class CudaBackend final : public Backend {
                     int64_t hidden, int64_t intermediate, float* out) override;
 
  private:
+  // First member: destroyed last, after every buffer the backend owns is freed.
+  DeviceMemoryCounter memory_;  // alloc()'s buffers
   void after(const char* what) {
     cuda_check(cudaGetLastError(), what);
     if (!timing_path_.empty() && !recording_) time_op(what);

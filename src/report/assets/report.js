@@ -14,16 +14,24 @@
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) =>
     ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
   const exact = (v) => String(v);  // the stored value, shortest round-trip form
-  function si(v, unit) {
+  function si(v, unit, digits) {  // 3 significant digits unless told
     if (v == null || !isFinite(v)) return '—';
-    const a = Math.abs(v);
+    const a = Math.abs(v), d = digits || 3;
     const units = [[1e15, 'P'], [1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']];
     for (const [f, p] of units) {
-      if (a >= f) return +(v / f).toPrecision(3) + ' ' + p + (unit || '');
+      if (a >= f) return +(v / f).toPrecision(d) + ' ' + p + (unit || '');
     }
-    return +v.toPrecision(3) + (unit ? ' ' + unit : '');
+    return +v.toPrecision(d) + (unit ? ' ' + unit : '');
   }
-  const bytes = (v) => si(v, 'B');
+  const bytes = (v, d) => si(v, 'B', d);
+  // Axis labels with as many digits as it takes to tell the ticks apart.
+  function tickLabels(vs, fmt) {
+    for (let d = 3; d < 8; ++d) {
+      const l = vs.map((v) => fmt(v, d));
+      if (new Set(l).size === l.length) return l;
+    }
+    return vs.map((v) => fmt(v, 8));
+  }
   const pct = (v) => +(v * 100).toPrecision(3) + '%';
   const num = (v) => (typeof v === 'number' && isFinite(v) ? v : null);
   function get(o, path) {
@@ -150,48 +158,82 @@
   // ---- memory: stacked bars per arm ----------------------------------------
   const MEM = [['core_bytes', 'resident core', '#3f9e5a'], ['arena_bytes', 'expert arena', '#3a5ba0'],
     ['kv_bytes', 'KV cache', '#a04a8c'], ['headroom_bytes', 'headroom', '#b8bcc8']];
+  const HOST_COLOR = '#e07b39', PEAK_COLOR = '#2b7a78';
+  // The runs' peak device memory (peak_device_bytes): the most, and one line per workload.
+  function devicePeaks(arm) {
+    let max = null, n = 0;
+    const lines = [];
+    (arm.workloads || []).forEach((w) => {
+      const ps = (w.runs || []).map((r) => num(r.peak_device_bytes));
+      if (ps.every((v) => v == null)) return;
+      ps.forEach((v) => { if (v != null) { max = max == null ? v : Math.max(max, v); ++n; } });
+      lines.push(w.name + ': ' + ps.map((v, i) => 'run ' + (i + 1) + ' ' +
+        (v == null ? '—' : exact(v) + ' B')).join(', '));
+    });
+    return max == null ? null : { max, n, lines };
+  }
+  // A thin bar under an arm's stack (host RAM tier, peak device memory) with its value.
+  function subBar(x, L, y, h, label, v, color, tip) {
+    return `<text x="${L - 6}" y="${y + 11}" text-anchor="end" font-size="11" fill="#556">` +
+      `${esc(label)}</text><rect class="bar" x="${L}" y="${y}" width="${Math.max(0.5, x(v) - L)}" ` +
+      `height="${h}" fill="${color}"${tipAttr(tip)}/><text x="${Math.max(x(v), L) + 6}" ` +
+      `y="${y + 11}" font-size="11" fill="#556">${esc(bytes(v))}</text>`;
+  }
+  function memoryArm(a, x, L, y, bh, gap) {
+    const m = a.arm.memory || {};
+    let at = 0, body = '';
+    body += `<text x="${L - 6}" y="${y + 13}" text-anchor="end" font-size="11.5">` +
+      `${esc(a.arm.name)}</text>`;
+    for (const [k, label, color] of MEM) {
+      const v = num(m[k]);
+      if (v == null) continue;
+      body += `<rect class="bar" x="${x(at)}" y="${y}" width="${Math.max(0.5, x(at + v) - x(at))}" ` +
+        `height="${bh}" fill="${color}"${tipAttr([a.arm.name, label + ': ' + exact(v) + ' B (' +
+        bytes(v) + ')'])}/>`;
+      at += v;
+    }
+    const b = num(m.budget_bytes);
+    if (b != null) {
+      body += `<rect class="bound" x="${x(b) - 1.5}" y="${y - 4}" width="3" height="${bh + 8}" ` +
+        `fill="#111"${tipAttr([a.arm.name, 'budget: ' + exact(b) + ' B (' + bytes(b) + ')'])}/>`;
+    }
+    if (at > 0) {
+      body += `<text x="${Math.max(x(at), b != null ? x(b) : 0) + 6}" y="${y + 13}" ` +
+        `font-size="11.5">${esc(bytes(at))}</text>`;
+    }
+    y += bh + gap;
+    const host = num(m.host_tier_bytes), peak = devicePeaks(a.arm);
+    if (host != null) {
+      body += subBar(x, L, y, bh - 4, 'host RAM tier', host, HOST_COLOR,
+        [a.arm.name, 'host tier: ' + exact(host) + ' B (' + bytes(host) + ')']);
+      y += bh - 4 + gap;
+    }
+    if (peak) {
+      body += subBar(x, L, y, bh - 4, 'peak device memory', peak.max, PEAK_COLOR, [a.arm.name,
+        'peak device memory: ' + exact(peak.max) + ' B (' + bytes(peak.max) + '), the most of ' +
+        peak.n + ' run' + (peak.n === 1 ? '' : 's')].concat(peak.lines));
+      y += bh - 4 + gap;
+    }
+    return { body, y };
+  }
   function drawMemory() {
-    const rows = arms.filter((a) => a.arm.memory && Object.keys(a.arm.memory).length);
+    const rows = arms.filter((a) => (a.arm.memory && Object.keys(a.arm.memory).length) ||
+      devicePeaks(a.arm));
     if (!rows.length) return set('chart-memory', '<p class=empty>not measured in these results</p>');
     const L = labelWidth(rows.map((a) => a.arm.name)), R = 120, bh = 18, gap = 8;
     let max = 0;
     rows.forEach((a) => {
-      const m = a.arm.memory;
+      const m = a.arm.memory || {}, p = devicePeaks(a.arm);
       max = Math.max(max, MEM.reduce((s, k) => s + (num(m[k[0]]) || 0), 0), num(m.budget_bytes) || 0,
-        num(m.host_tier_bytes) || 0);
+        num(m.host_tier_bytes) || 0, p ? p.max : 0);
     });
     const ticks = niceTicks(max * 1.02, 5), top = ticks[ticks.length - 1] || 1;
     const x = (v) => L + (W - L - R) * v / top;
     let y = 8, body = '';
     for (const a of rows) {
-      const m = a.arm.memory;
-      let at = 0;
-      body += `<text x="${L - 6}" y="${y + 13}" text-anchor="end" font-size="11.5">` +
-        `${esc(a.arm.name)}</text>`;
-      for (const [k, label, color] of MEM) {
-        const v = num(m[k]);
-        if (v == null) continue;
-        body += `<rect class="bar" x="${x(at)}" y="${y}" width="${Math.max(0.5, x(at + v) - x(at))}" ` +
-          `height="${bh}" fill="${color}"${tipAttr([a.arm.name, label + ': ' + exact(v) + ' B (' +
-          bytes(v) + ')'])}/>`;
-        at += v;
-      }
-      const b = num(m.budget_bytes);
-      if (b != null) {
-        body += `<rect class="bound" x="${x(b) - 1.5}" y="${y - 4}" width="3" height="${bh + 8}" ` +
-          `fill="#111"${tipAttr([a.arm.name, 'budget: ' + exact(b) + ' B (' + bytes(b) + ')'])}/>`;
-      }
-      body += `<text x="${Math.max(x(at), b != null ? x(b) : 0) + 6}" y="${y + 13}" ` +
-        `font-size="11.5">${esc(bytes(at))}</text>`;
-      y += bh + gap;
-      const host = num(m.host_tier_bytes);
-      if (host != null) {
-        body += `<text x="${L - 6}" y="${y + 11}" text-anchor="end" font-size="11" fill="#556">` +
-          `host RAM tier</text><rect class="bar" x="${L}" y="${y}" ` +
-          `width="${Math.max(0.5, x(host) - L)}" height="${bh - 4}" fill="#e07b39"` +
-          `${tipAttr([a.arm.name, 'host tier: ' + exact(host) + ' B (' + bytes(host) + ')'])}/>`;
-        y += bh - 4 + gap;
-      }
+      const r = memoryArm(a, x, L, y, bh, gap);
+      body += r.body;
+      y = r.y;
     }
     let axis = '';
     for (const tv of ticks) {
@@ -200,8 +242,9 @@
         `${esc(bytes(tv))}</text>`;
     }
     const legend = '<div class=legend>' + MEM.map((k) => `<span><i style="background:${k[2]}">` +
-      `</i>${k[1]}</span>`).join('') + '<span><i style="background:#e07b39"></i>host RAM tier</span>' +
-      '<span><i style="background:#111"></i>budget</span></div>';
+      `</i>${k[1]}</span>`).join('') + `<span><i style="background:${HOST_COLOR}"></i>host RAM ` +
+      `tier</span><span><i style="background:${PEAK_COLOR}"></i>peak device memory (the most of ` +
+      'the runs)</span><span><i style="background:#111"></i>budget</span></div>';
     set('chart-memory', '<h3>Memory per arm</h3>' + legend + `<svg width="${W}" height="${y + 22}" ` +
       `viewBox="0 0 ${W} ${y + 22}" font-family="system-ui,sans-serif">${axis}${body}</svg>`);
   }
@@ -243,15 +286,21 @@
     const py = (v) => bot - (bot - top) * (v - y0) / (y1 - y0);
     let s = '';
     (spec.bands || []).forEach((b, i) => {
-      s += `<rect x="${px(b.x0)}" y="${top}" width="${Math.max(0, px(b.x1) - px(b.x0))}" ` +
-        `height="${bot - top}" fill="${i % 2 ? '#f4f5f9' : '#eceef5'}"/><text x="${px(b.x0) + 3}" ` +
-        `y="${top + 10}" font-size="9.5" fill="#667">${esc(b.label)}</text>`;
+      const bw = Math.max(0, px(b.x1) - px(b.x0));
+      s += `<rect x="${px(b.x0)}" y="${top}" width="${bw}" height="${bot - top}" ` +
+        `fill="${i % 2 ? '#f4f5f9' : '#eceef5'}"/>`;
+      const label = fitLabel(b.label, bw - 5);  // within its band (the buttons give full names)
+      if (label) {
+        s += `<text x="${px(b.x0) + 3}" y="${top + 10}" font-size="9.5" fill="#667">` +
+          `${esc(label)}</text>`;
+      }
     });
-    for (const t of spec.noGrid ? [] : ticks) {
+    const yl = tickLabels(ticks.map((t) => y0 + t), spec.yfmt);
+    (spec.noGrid ? [] : ticks).forEach((t, i) => {
       s += `<line x1="${LL}" y1="${py(y0 + t)}" x2="${W - LR}" y2="${py(y0 + t)}" stroke="#e4e6ee"/>` +
         `<text x="${LL - 5}" y="${py(y0 + t) + 3.5}" text-anchor="end" font-size="10" fill="#556">` +
-        `${esc(spec.yfmt(y0 + t))}</text>`;
-    }
+        `${esc(yl[i])}</text>`;
+    });
     for (const t of niceTicks(x1 - x0, 6).map((v) => v + x0)) {
       if (t > x1) continue;
       s += `<text x="${px(t)}" y="${bot + 14}" text-anchor="middle" font-size="10" fill="#556">` +
@@ -275,6 +324,12 @@
     const svg = `<h3>${esc(spec.title)}</h3><svg class="lc" width="${W}" height="${h}" ` +
       `viewBox="0 0 ${W} ${h}" font-family="system-ui,sans-serif">${s}<g class="xh"></g></svg>`;
     return { svg, px, py, inv: (p) => x0 + (p - LL) / (W - LL - LR) * (x1 - x0), top, bot };
+  }
+  // text cut to fit `width` px at 9.5 px (about 5.4 px a character); '' when too narrow
+  function fitLabel(text, width) {
+    const n = Math.floor(width / 5.4);
+    if (n >= text.length) return text;
+    return n >= 4 ? text.slice(0, n - 1) + '…' : '';
   }
   function mouseX(e, svg) {
     const r = svg.getBoundingClientRect();
@@ -329,9 +384,9 @@
   }
 
   // ---- the device monitor -----------------------------------------------------
-  const METRICS = [['gpu_temp_c', 'GPU temperature', (v) => si(v, '°C')],
-    ['gpu_power_w', 'GPU power', (v) => si(v, 'W')],
-    ['gpu_sm_clock_mhz', 'GPU SM clock', (v) => si(v * 1e6, 'Hz')],
+  const METRICS = [['gpu_temp_c', 'GPU temperature', (v, d) => si(v, '°C', d)],
+    ['gpu_power_w', 'GPU power', (v, d) => si(v, 'W', d)],
+    ['gpu_sm_clock_mhz', 'GPU SM clock', (v, d) => si(v * 1e6, 'Hz', d)],
     ['gpu_mem_used_bytes', 'GPU memory used', bytes], ['gpu_mem_free_bytes', 'GPU memory free', bytes],
     ['host_mem_available_bytes', 'Host MemAvailable', bytes], ['rss_bytes', 'Process RSS', bytes],
     ['read_bytes', 'Process read bytes (cumulative)', bytes]];
