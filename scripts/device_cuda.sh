@@ -93,7 +93,8 @@ step_q30() {
 }
 bench_arm() {  # bench_arm NAME ARGS...  (MB=binary: another moetier)
   local name=$1; shift
-  timeout ${ARM_TIMEOUT:-120} ${MB:-$M} bench $Q30 --backend cuda --name "$name" --json "$OUT/q30.json" \
+  timeout ${ARM_TIMEOUT:-120} ${MB:-$M} bench $Q30 --backend ${BACKEND:-cuda} --name "$name" \
+    --json "${JSON:-$OUT/q30.json}" \
     --append --ctx 8448 "$@" 2>&1 | grep -vE "^moetier: (warning|bench: meas)" | tail -6
 }
 step_bench30() {
@@ -120,6 +121,20 @@ step_abbase30() {  # this tree's kernels against the base build's, interleaved
   bench_arm "moetier cuda all resident, 8K context" --prompt-tokens 8192 --gen 64 --runs 1
   [ -x $BB/src/tools/moetier ] && MB=$BB/src/tools/moetier bench_arm \
     "moetier cuda all resident, 8K context, base" --prompt-tokens 8192 --gen 64 --runs 1
+}
+step_ds4() {  # DeepSeek-V4-Flash-shaped experts (hidden 4096, 256 x 2048, top-6), all resident
+  local d=/tmp/ds4 n=${DS4_LAYERS:-6}
+  [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 --layers $n \
+    --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
+  Q30=$d JSON=$OUT/ds4.json bench_arm "moetier cuda all resident, DeepSeek-V4-Flash-shaped experts, $n layers" \
+    --prompt-tokens 64 --gen 128 --runs 2
+}
+step_cpu30() {  # the CPU engine at real size beside llama.cpp's CPU path (16 threads, GPU hidden)
+  BACKEND=cpu JSON=$OUT/cpu30.json ARM_TIMEOUT=150 bench_arm "moetier cpu all resident, 16 threads" \
+    --prompt-tokens 64 --gen 32 --runs 2 --threads 16
+  [ -x $LB/bin/llama-bench ] && [ -f /tmp/q30.gguf ] || return 0
+  CUDA_VISIBLE_DEVICES= timeout 150 $LB/bin/llama-bench -m /tmp/q30.gguf -p 64 -n 32 -ngl 0 -t 16 -r 2 \
+    -o json >"$OUT/llama-cpu.json" 2>"$OUT/llama-cpu.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-cpu.json"
 }
 step_arena30() {  # a 28% arena backed by the host tier, and by storage only
   bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
