@@ -206,6 +206,19 @@ bool ArenaExperts::wait_prefetches(int64_t layer) {
 }
 
 Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase phase) {
+  return submit_impl(layer, ids, phase, false);
+}
+
+// can_overlap() and plan() can still disagree on a busy machine (holds of
+// jobs reaped in between, a read that failed late): the overlapped submit then
+// gives way, and the caller submits after releasing its open batch.
+Ticket ArenaExperts::submit_overlapped(int64_t layer, std::span<const int32_t> ids, Phase phase) {
+  if (!can_overlap(layer, ids, phase)) return {};
+  return submit_impl(layer, ids, phase, true);
+}
+
+Ticket ArenaExperts::submit_impl(int64_t layer, std::span<const int32_t> ids, Phase phase,
+                                 bool overlapped) {
   collect_keys(layer, ids);
   check(int64_t(keys_.size()) <= max_batch(),
         "expert arena: layer {}: {} experts asked in one acquire, max_batch is {}", layer,
@@ -215,7 +228,7 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
   // Prefetches must not change this batch's decisions.
   if (prefetch_held_ > 0 && !res_.fits(keys_, phase)) wait_prefetches(layer);
   if (device_) make_staging_room(keys_.size());
-  if (open_ > 0) stats_->overlapped_submits++;
+  const bool overlapping = open_ > 0;
   const uint32_t idx = new_request();
   Request& rq = requests_[idx];
   rq.layer = layer;
@@ -235,10 +248,12 @@ Ticket ArenaExperts::submit(int64_t layer, std::span<const int32_t> ids, Phase p
   } catch (const std::exception& e) {
     res_.abort(rq.plan);
     free_request(idx);
+    if (overlapped) return Ticket{};
     stats_->failed_acquires++;
     stats_->last_error = e.what();
     throw Error(e.what());
   }
+  if (overlapping) stats_->overlapped_submits++;
   res_.hold(rq.plan);
   for (PlanStep& st : rq.plan.steps)
     if (std::find(late_.begin(), late_.end(), st.key) != late_.end()) st.in_flight = true;

@@ -109,6 +109,7 @@ class ArenaExperts final : public ExpertProvider {
   void wait(Ticket t, std::vector<ExpertView>& views) override;
   void release(Ticket t) override;
   bool can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
+  Ticket submit_overlapped(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
   void prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
   void note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) override;
 
@@ -169,6 +170,9 @@ class ArenaExperts final : public ExpertProvider {
   void wait_job(Job* job, int64_t layer);
   // Waits for (and reaps) every prefetch still in flight; false when there was none.
   bool wait_prefetches(int64_t layer);
+  // submit; with `overlapped`, a batch that cannot be planned beside the open
+  // tickets gives an invalid ticket (plan aborted, nothing counted).
+  Ticket submit_impl(int64_t layer, std::span<const int32_t> ids, Phase phase, bool overlapped);
   void note_fallbacks();
 
   ExpertIndex index_;

@@ -24,6 +24,10 @@
 //      exactly as it would with no ticket open: the runtime submits the next
 //      batch before computing the current one only then, so that overlapping
 //      reads with compute changes no counter (docs/cache-protocol.md).
+//      submit_overlapped(layer, ids, phase) is that check and submit in one:
+//      an invalid ticket (nothing changed, nothing counted) where the batch
+//      cannot be placed beside the open tickets; the caller then releases its
+//      open batch and submits as usual.
 //   6. prefetch(layer, ids, phase) is a hint that those experts will be needed
 //      soon: it starts loads where the arena has room without disturbing open
 //      tickets and returns at once. It never changes the output; it is counted
@@ -68,6 +72,9 @@ class ExpertProvider {
   // True when submit(layer, ids, phase) now decides as with no ticket open.
   virtual bool can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) {
     return false;
+  }
+  virtual Ticket submit_overlapped(int64_t layer, std::span<const int32_t> ids, Phase phase) {
+    return can_overlap(layer, ids, phase) ? submit(layer, ids, phase) : Ticket{};
   }
   // A hint; returns at once; never throws for I/O (a failed prefetch read is
   // counted, and the expert stays absent).

@@ -72,8 +72,10 @@ void run_moe_block(Backend& be, ExpertProvider& experts, const MoeBlock& b) {
       cur.take();  // a failed wait finished the ticket
       throw;
     }
-    if (n0 < g.ids.size() && experts.can_overlap(b.layer, ids_of(n0), b.phase))
-      next.reset(&experts, experts.submit(b.layer, ids_of(n0), b.phase));
+    if (n0 < g.ids.size()) {
+      const Ticket t = experts.submit_overlapped(b.layer, ids_of(n0), b.phase);
+      if (t.valid()) next.reset(&experts, t);
+    }
     run_batch(be, b, g, weights, b0, ids, views);
     cur.reset();  // batch i's experts may go
     if (n0 < g.ids.size() && !next.get().valid())

@@ -31,6 +31,9 @@ class RandomPrefetch final : public ExpertProvider {
   bool can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) override {
     return a_.can_overlap(layer, ids, phase);
   }
+  Ticket submit_overlapped(int64_t layer, std::span<const int32_t> ids, Phase phase) override {
+    return a_.submit_overlapped(layer, ids, phase);
+  }
   void prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) override {
     a_.prefetch(layer, ids, phase);
   }

@@ -148,6 +148,49 @@ __host__ __device__ inline void decode_layout(int64_t len, int64_t& tps, int64_t
   splits = (tiles + tps - 1) / tps;
 }
 
+// One warp's online-softmax step for query head qh over a tile of cnt
+// positions in shared memory (rows of ld floats): lane j scores position j,
+// then each lane adds its float4 slices (dims 4 (lane + 32 c)) of the values.
+__device__ __forceinline__ void attend_tile(const float* qh, const float* ks, const float* vs,
+                                            int64_t ld, int64_t hd, int64_t cnt, float scale,
+                                            float& m, float& l, float4 (&acc)[2]) {
+  const int lane = int(threadIdx.x & 31);
+  const int64_t nd4 = hd / 4;
+  float sc = -FLT_MAX;
+  if (lane < cnt) {
+    const float* kr = ks + lane * ld;
+    float d0 = 0.0f;
+    for (int64_t d = 0; d < hd; d += 4) {
+      const float4 kk = *reinterpret_cast<const float4*>(kr + d);
+      d0 += qh[d] * kk.x + qh[d + 1] * kk.y + qh[d + 2] * kk.z + qh[d + 3] * kk.w;
+    }
+    sc = d0 * scale;
+  }
+  float cm = sc;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+  const float mn = fmaxf(m, cm), corr = expf(m - mn);
+  const float pj0 = lane < cnt ? expf(sc - mn) : 0.0f;
+  l = l * corr + warp_sum(pj0);
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    acc[c].x *= corr, acc[c].y *= corr, acc[c].z *= corr, acc[c].w *= corr;
+  }
+  for (int64_t j = 0; j < cnt; ++j) {
+    const float pj = __shfl_sync(0xffffffffu, pj0, int(j));
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t d4 = lane + 32 * c;
+      if (d4 < nd4) {
+        const float4 vv = *reinterpret_cast<const float4*>(vs + j * ld + 4 * d4);
+        acc[c].x += pj * vv.x, acc[c].y += pj * vv.y;
+        acc[c].z += pj * vv.z, acc[c].w += pj * vv.w;
+      }
+    }
+  }
+  m = mn;
+}
+
 // Grid: kv heads x S (>= the length's splits); block: 32 x min(G, 8) threads.
 // Dynamic shared memory: K and V tiles [kTile, hd + 4] and the group's q [G, hd].
 template <int HPW>
@@ -189,40 +232,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     for (int hh = 0; hh < HPW; ++hh) {
       const int64_t hl = warp + int64_t(hh) * nw;
       if (hl >= G) break;
-      const float* qh = qs + hl * hd;
-      float sc = -FLT_MAX;
-      if (lane < cnt) {
-        const float* kr = ks + lane * ld;
-        float d0 = 0.0f;
-        for (int64_t d = 0; d < hd; d += 4) {
-          const float4 kk = *reinterpret_cast<const float4*>(kr + d);
-          d0 += qh[d] * kk.x + qh[d + 1] * kk.y + qh[d + 2] * kk.z + qh[d + 3] * kk.w;
-        }
-        sc = d0 * scale;
-      }
-      float cm = sc;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-      const float mn = fmaxf(m[hh], cm), corr = expf(m[hh] - mn);
-      const float pj0 = lane < cnt ? expf(sc - mn) : 0.0f;
-      l[hh] = l[hh] * corr + warp_sum(pj0);
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        acc[hh][c].x *= corr, acc[hh][c].y *= corr, acc[hh][c].z *= corr, acc[hh][c].w *= corr;
-      }
-      for (int64_t j = 0; j < cnt; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, pj0, int(j));
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int64_t d4 = lane + 32 * c;
-          if (d4 < nd4) {
-            const float4 vv = *reinterpret_cast<const float4*>(vs + j * ld + 4 * d4);
-            acc[hh][c].x += pj * vv.x, acc[hh][c].y += pj * vv.y;
-            acc[hh][c].z += pj * vv.z, acc[hh][c].w += pj * vv.w;
-          }
-        }
-      }
-      m[hh] = mn;
+      attend_tile(qs + hl * hd, ks, vs, ld, hd, cnt, scale, m[hh], l[hh], acc[hh]);
     }
   }
 #pragma unroll

@@ -9,21 +9,6 @@
 namespace moetier::cuda {
 namespace {
 
-// Sum of squares of v over the block (double, in a fixed order).
-__device__ double block_sumsq(double ss, double* part) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int i = 0; i < int(blockDim.x + 31) / 32; ++i) t += part[i];
-    part[32] = t;
-  }
-  __syncthreads();
-  return part[32];
-}
-
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int64_t dim,
                                    float eps, float* xn) {
   float* xr = x + int64_t(blockIdx.x) * dim;

@@ -24,18 +24,8 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, floa
   float* yr = y + int64_t(blockIdx.x) * dim;
   double ss = 0.0;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
-  __shared__ double part[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int i = 0; i < int(blockDim.x + 31) / 32; ++i) t += part[i];
-    part[0] = t;
-  }
-  __syncthreads();
-  const float var = float(part[0] / double(dim));
+  __shared__ double part[33];
+  const float var = float(block_sumsq(ss, part) / double(dim));
   const float r = 1.0f / sqrtf(var + eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
 }

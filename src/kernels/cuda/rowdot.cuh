@@ -42,6 +42,22 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The block total of each thread's ss (double, in a fixed order: warp
+// butterflies, then the warps in order); part: 33 doubles of shared memory.
+__device__ __forceinline__ double block_sumsq(double ss, double* part) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int i = 0; i < int(blockDim.x + 31) / 32; ++i) t += part[i];
+    part[32] = t;
+  }
+  __syncthreads();
+  return part[32];
+}
+
 // Element c of row `row` (generic path; cb3 codebook rows are 16 bytes).
 template <int ENC>
 __device__ __forceinline__ float weight_at(const uint8_t* w, const uint8_t* sc, int64_t row,
