@@ -226,3 +226,9 @@ for s in $steps; do
   step_$s || break
 done
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
+# The device tool returns at most 8 files: past 7, everything goes into one
+# archive (results.tgz) so that no JSON is left behind.
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 7 ]; then
+  (cd "$OUT" && tar -czf /tmp/results.tgz --exclude=results.tgz . && find . -maxdepth 1 -type f -delete &&
+   mv /tmp/results.tgz results.tgz && echo "outputs packed into results.tgz")
+fi
