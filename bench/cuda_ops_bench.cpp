@@ -196,10 +196,12 @@ int main() {
   for (int64_t T : {256, 512, 8192}) {
     DeviceBuffer k = be->alloc(size_t(T * 4 * 128) * 4), v = be->alloc(size_t(T * 4 * 128) * 4);
     cudaMemset(k.data(), 0x3c, k.bytes()), cudaMemset(v.data(), 0x3c, v.bytes());
-    const double us = timed([&] {
-      be->attention(x.as<float>(), k.as<float>(), v.as<float>(), 1, T - 1, 32, 4, 128, 0.088f,
-                    y.as<float>());
-    }, T - 1, T);
+    const double us = timed(
+        [&] {
+          be->attention(x.as<float>(), k.as<float>(), v.as<float>(), 1, T - 1, 32, 4, 128, 0.088f,
+                        y.as<float>());
+        },
+        T - 1, T);
     row(first, fmt_T("attention decode T=", T).c_str(), us, double(2 * T * 4 * 128 * 4), bound);
   }
   {  // the router's softmax + top-8 of 128 (a latency figure)

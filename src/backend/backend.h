@@ -170,9 +170,9 @@ class Backend {
   // pos..) in place, then k and v [n, nkv, hd] written to the caches
   // [capacity, nkv * hd] at rows pos.. (the KV write).
   virtual void qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
-                               const float* k_norm, int64_t n, int64_t nh, int64_t nkv,
-                               int64_t hd, float eps, int64_t pos, const float* inv_freq,
-                               float* k_cache, float* v_cache) {
+                               const float* k_norm, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
+                               float eps, int64_t pos, const float* inv_freq, float* k_cache,
+                               float* v_cache) {
     if (q_norm) rmsnorm(q, q_norm, n * nh, hd, eps, q);
     if (k_norm) rmsnorm(k, k_norm, n * nkv, hd, eps, k);
     rope(q, n, nh, hd, pos, inv_freq);

@@ -132,8 +132,12 @@ std::vector<MatmulCase> matmul_cases() {
        {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4, WeightEncoding::CB3})
     // 2051 x 2080: the two-row blocks of the decode GEMV (rows >= 2048), with
     // an odd last block; 300 x 4128: more chunks than a block has threads.
-    for (auto [r, k] : {std::pair<int64_t, int64_t>{67, 160}, {9, 96}, {300, 512}, {5, 37},
-                        {2051, 2080}, {300, 4128}})
+    for (auto [r, k] : {std::pair<int64_t, int64_t>{67, 160},
+                        {9, 96},
+                        {300, 512},
+                        {5, 37},
+                        {2051, 2080},
+                        {300, 4128}})
       for (int64_t n : {1, 3, 8, 11, 70}) {
         if (e == WeightEncoding::MXFP4 && k % 32) continue;
         c.push_back({e, r, k, n});
@@ -257,8 +261,8 @@ TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
   // heads per warp), head_dim 72 / 128 / 256 / 64; lengths from one position to
   // several tiles per split.
   for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64}})
-    for (auto [n_q, first] : {std::pair<int64_t, int64_t>{1, 0}, {1, 37}, {1, 1700}, {1, 4999},
-                              {5, 0}, {9, 300}}) {
+    for (auto [n_q, first] :
+         {std::pair<int64_t, int64_t>{1, 0}, {1, 37}, {1, 1700}, {1, 4999}, {5, 0}, {9, 300}}) {
       if (n_q > 1 && s.hd != 72) continue;
       const int64_t heads = s.heads, kvh = s.kvh, hd = s.hd, len = first + n_q;
       auto q = randn(size_t(n_q * heads * hd), rng);
@@ -283,8 +287,10 @@ TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
   std::mt19937 rng(9);
   std::vector<DeviceBuffer> keep;
   const int64_t n = 5;
-  for (auto [e, k, renorm] : {std::tuple<int64_t, int64_t, bool>{128, 8, true}, {256, 6, true},
-                              {60, 4, false}, {1000, 3, true}}) {
+  for (auto [e, k, renorm] : {std::tuple<int64_t, int64_t, bool>{128, 8, true},
+                              {256, 6, true},
+                              {60, 4, false},
+                              {1000, 3, true}}) {
     auto logits = randn(size_t(n * e), rng, 2.0f);
     std::vector<float> p(logits.size()), w(size_t(n * k));
     std::vector<int32_t> ids(size_t(n * k));

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.h"
-
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/units.h"

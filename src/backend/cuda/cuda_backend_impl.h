@@ -97,13 +97,12 @@ class CudaBackend final : public Backend {
   }
   void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
                     std::span<float* const> ys) override;
-  void qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
-                       const float* k_norm, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                       float eps, int64_t pos, const float* inv_freq, float* k_cache,
-                       float* v_cache) override {
-    if (legacy_decode_ || !cuda::qk_norm_rope_kv(q, k, v, q_norm, k_norm, n, nh, nkv, hd, eps, pos,
-                                                 step_pos(pos), inv_freq, k_cache, v_cache,
-                                                 stream_))
+  void qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                       int64_t n, int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,
+                       const float* inv_freq, float* k_cache, float* v_cache) override {
+    if (legacy_decode_ ||
+        !cuda::qk_norm_rope_kv(q, k, v, q_norm, k_norm, n, nh, nkv, hd, eps, pos, step_pos(pos),
+                               inv_freq, k_cache, v_cache, stream_))
       return Backend::qk_norm_rope_kv(q, k, v, q_norm, k_norm, n, nh, nkv, hd, eps, pos, inv_freq,
                                       k_cache, v_cache);
     after("qk_norm_rope_kv");

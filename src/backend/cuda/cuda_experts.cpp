@@ -180,9 +180,8 @@ void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weigh
       return after("resident experts (q8)");
   }
   float* h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));
-  if (!legacy_decode_ && cuda::moe_decode(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids,
-                                            weights, int(k), x, hidden, intermediate, h, out,
-                                            stream_))
+  if (!legacy_decode_ && cuda::moe_decode(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights,
+                                          int(k), x, hidden, intermediate, h, out, stream_))
     return after("resident experts (fused)");
   cuda::fill_zero(out, hidden, stream_);
   void* prep = prep_.get(*this, cuda::expert_prep_bytes(k));

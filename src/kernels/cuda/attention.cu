@@ -136,9 +136,8 @@ __global__ void attn_combine(const float* scratch, int64_t splits, int64_t hd, f
   }
 }
 
-
-constexpr int64_t kTile = 32;         // positions per shared-memory tile (decode)
-constexpr int64_t kMaxSplitsD = 64;   // splits per kv head (decode)
+constexpr int64_t kTile = 32;        // positions per shared-memory tile (decode)
+constexpr int64_t kMaxSplitsD = 64;  // splits per kv head (decode)
 constexpr int kMaxGroupWarps = 8;
 
 __host__ __device__ inline void decode_layout(int64_t len, int64_t& tps, int64_t& splits) {
@@ -299,9 +298,8 @@ void launch_decode(const float* q, const float* k, const float* v, int64_t first
     cudaFuncSetAttribute(attn_decode_kernel<HPW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};
-  attn_decode_kernel<HPW><<<grid, unsigned(32 * warps), smem, s>>>(q, k, v, first_pos, d_pos,
-                                                                    heads, kvh, hd, scale, out,
-                                                                    scratch);
+  attn_decode_kernel<HPW><<<grid, unsigned(32 * warps), smem, s>>>(q, k, v, first_pos, d_pos, heads,
+                                                                   kvh, hd, scale, out, scratch);
   attn_decode_combine<<<unsigned(heads), 128, 0, s>>>(scratch, S, first_pos, d_pos, hd, out);
 }
 
@@ -320,12 +318,16 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
   if (n_q <= 0) return;
   const int64_t len = d_pos ? max_positions : first_pos + n_q;  // positions the grid covers
   if (decode_applies(n_q, heads, kv_heads, hd)) {
-    const int64_t S = decode_grid_splits(len), hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
+    const int64_t S = decode_grid_splits(len),
+                  hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
     if (hpw == 1)
-      return launch_decode<1>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch, s);
+      return launch_decode<1>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out,
+                              scratch, s);
     if (hpw == 2)
-      return launch_decode<2>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch, s);
-    return launch_decode<4>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch, s);
+      return launch_decode<2>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out,
+                              scratch, s);
+    return launch_decode<4>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
+                            s);
   }
   const int64_t splits = splits_for(n_q, len);
   const int64_t split_len = (len + splits - 1) / splits;

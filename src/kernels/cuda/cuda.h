@@ -156,9 +156,9 @@ struct GemvMulti {
 };
 bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
                 cudaStream_t s);
-bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
-                     const float* k_norm, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                     float eps, int64_t pos, const int64_t* d_pos, const float* inv_freq,
-                     float* k_cache, float* v_cache, cudaStream_t s);
+bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                     int64_t n, int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,
+                     const int64_t* d_pos, const float* inv_freq, float* k_cache, float* v_cache,
+                     cudaStream_t s);
 
 }  // namespace moetier::cuda

@@ -2,12 +2,12 @@
 // (q/k/v) in one launch, either a block per R rows with the columns split
 // over its threads (most matrices: many threads in flight) or a warp per R
 // rows, each lane issuing all its 16-byte weight loads of an iteration before
-// it uses any (tall matrices such as the LM head, above warp_rows rows); and the resident MoE step in two launches: gate/up of
-// every selected expert (grid: row tiles x k) and the down projections of all
-// k experts summed with their routing weights inside one kernel (the weighted
-// sum fused into the down projection: a row's dot product runs over the k
-// experts' chunks, in ascending expert id order), reading expert ids, weights
-// and pointers from device memory so the step can be captured in a CUDA graph.
+// it uses any (tall matrices such as the LM head, above warp_rows rows); and the resident MoE step
+// in two launches: gate/up of every selected expert (grid: row tiles x k) and the down projections
+// of all k experts summed with their routing weights inside one kernel (the weighted sum fused into
+// the down projection: a row's dot product runs over the k experts' chunks, in ascending expert id
+// order), reading expert ids, weights and pointers from device memory so the step can be captured
+// in a CUDA graph.
 //
 // A lane takes the 16-byte chunks lane, lane + 32, ... of a row (bf16: 8
 // columns, f32: 4, MXFP4: one 32-column block and its scale), sums them in
@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // a warp owns R rows of gate and of up).
 template <int ENC, int R, int U>
 __global__ void __launch_bounds__(kWarps * 32)
-    moe_gate_up_kernel(const ExpertPtrs* table, const int32_t* ids, const float* x,
-                       int64_t hidden, int64_t inter, float* h) {
+    moe_gate_up_kernel(const ExpertPtrs* table, const int32_t* ids, const float* x, int64_t hidden,
+                       int64_t inter, float* h) {
   using C = Chunk<ENC>;
   __shared__ float lut[16];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
@@ -164,9 +164,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
     }
   }
-  const float g = warp_rows_sum<2 * R>(acc);        // lane r: gate row r; lane R + r: up row r
+  const float g = warp_rows_sum<2 * R>(acc);            // lane r: gate row r; lane R + r: up row r
   const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
-  if (lane < R && row0 + lane < inter) h[int64_t(slot) * inter + row0 + lane] = g / (1.0f + expf(-g)) * u;
+  if (lane < R && row0 + lane < inter)
+    h[int64_t(slot) * inter + row0 + lane] = g / (1.0f + expf(-g)) * u;
 }
 
 // out[row] = sum over the k experts in ascending id order of
@@ -259,11 +260,9 @@ void gemv_warps(const GemvMulti& g, int64_t cols, const float* x, bool acc, cuda
   if (g.tile0[g.count] < g_warp_rows) {
     const unsigned t = threads_for(cols / Chunk<ENC>::kCols);
     if (g.tile0[g.count] >= 2048 * g.count)
-      gemv_block_kernel<ENC, 2>
-          <<<unsigned(blocks_of(g, 2)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
+      gemv_block_kernel<ENC, 2><<<unsigned(blocks_of(g, 2)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
     else
-      gemv_block_kernel<ENC, 1>
-          <<<unsigned(blocks_of(g, 1)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
+      gemv_block_kernel<ENC, 1><<<unsigned(blocks_of(g, 1)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
     return;
   }
   switch (unroll_for(cols / Chunk<ENC>::kCols)) {
@@ -294,8 +293,8 @@ bool gemv_any(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float*
 }
 
 template <int ENC, int U>
-void moe_gate_up(const ExpertPtrs* table, const int32_t* ids, int k, const float* x,
-                 int64_t hidden, int64_t inter, float* h, cudaStream_t s) {
+void moe_gate_up(const ExpertPtrs* table, const int32_t* ids, int k, const float* x, int64_t hidden,
+                 int64_t inter, float* h, cudaStream_t s) {
   const dim3 g(unsigned((inter + kWarps * kRows - 1) / (kWarps * kRows)), unsigned(k));
   moe_gate_up_kernel<ENC, kRows, U><<<g, kWarps * 32, 0, s>>>(table, ids, x, hidden, inter, h);
 }

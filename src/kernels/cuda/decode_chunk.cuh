@@ -19,8 +19,7 @@ struct Chunk<kF32> {
   struct W {
     float4 q;
   };
-  __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
-                           int64_t i) {
+  __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols, int64_t i) {
     return {__ldg(reinterpret_cast<const float4*>(w + row * cols * 4) + i)};
   }
   __device__ static float dot(const W& c, const float* xv, const float*) {
@@ -34,8 +33,7 @@ struct Chunk<kBF16> {
   struct W {
     uint4 q;
   };
-  __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols,
-                           int64_t i) {
+  __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols, int64_t i) {
     return {__ldg(reinterpret_cast<const uint4*>(w + row * cols * 2) + i)};
   }
   __device__ static float dot(const W& c, const float* xv, const float*) {

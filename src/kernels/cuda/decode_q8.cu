@@ -172,7 +172,8 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         if (row0 + r < hidden)
-          q[u][r] = __ldg(dw[e] + (row0 + r) * nch + i), s[u][r] = __ldg(ds[e] + (row0 + r) * nch + i);
+          q[u][r] = __ldg(dw[e] + (row0 + r) * nch + i),
+          s[u][r] = __ldg(ds[e] + (row0 + r) * nch + i);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -214,7 +215,7 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   if (!vec || enc != WeightEncoding::MXFP4 || hidden % 32 || inter % 32 || k < 1 || k > 32 ||
       hidden > 16384)
     return false;
-  auto* hq = static_cast<int8_t*>(scratch);  // [k, inter] int8
+  auto* hq = static_cast<int8_t*>(scratch);                              // [k, inter] int8
   auto* hd = reinterpret_cast<float*>(hq + (k * inter + 15) / 16 * 16);  // [k, inter / 32]
   const size_t smem = size_t(hidden) + size_t(hidden / 32) * sizeof(float);
   const dim3 g1(unsigned(inter / 32), unsigned(k));

@@ -9,8 +9,8 @@
 namespace moetier::cuda {
 namespace {
 
-__global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int64_t dim,
-                                   float eps, float* xn) {
+__global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int64_t dim, float eps,
+                                   float* xn) {
   float* xr = x + int64_t(blockIdx.x) * dim;
   const float* yr = y + int64_t(blockIdx.x) * dim;
   float* o = xn + int64_t(blockIdx.x) * dim;
@@ -79,10 +79,10 @@ void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t di
   add_rmsnorm_kernel<<<unsigned(n), block, 0, s>>>(x, y, w, dim, eps, xn);
 }
 
-bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm,
-                     const float* k_norm, int64_t n, int64_t nh, int64_t nkv, int64_t hd,
-                     float eps, int64_t pos, const int64_t* d_pos, const float* inv_freq,
-                     float* k_cache, float* v_cache, cudaStream_t s) {
+bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                     int64_t n, int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,
+                     const int64_t* d_pos, const float* inv_freq, float* k_cache, float* v_cache,
+                     cudaStream_t s) {
   if (n <= 0 || hd > 512 || hd % 2) return false;
   const dim3 grid(unsigned(n), unsigned(nh + 2 * nkv));
   const unsigned block = hd >= 128 ? 128 : (hd >= 64 ? 64 : 32);
