@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -388,6 +389,8 @@ TEST(CudaOps, ResidentExpertsAtRealWidthsMatchCpu) {
     int64_t experts, k, H, I;
   };
   const cpu::Activations before = cpu::mxfp4_activations();
+  const char* env = std::getenv("MOETIER_CUDA_ACT");
+  const std::string env_before = env ? env : "";
   for (const char* mode : {"f32", "q8"}) {
     setenv("MOETIER_CUDA_ACT", mode, 1);
     cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
@@ -441,7 +444,10 @@ TEST(CudaOps, ResidentExpertsAtRealWidthsMatchCpu) {
           << mode << " " << int(c.enc) << " " << c.H;
     }
   }
-  setenv("MOETIER_CUDA_ACT", "f32", 1);
+  if (env)
+    setenv("MOETIER_CUDA_ACT", env_before.c_str(), 1);
+  else
+    unsetenv("MOETIER_CUDA_ACT");
   cpu::set_mxfp4_activations(before);
 }
 

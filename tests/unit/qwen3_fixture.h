@@ -19,11 +19,20 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "format/safetensors.h"
 #include "format/safetensors_writer.h"
 
 namespace moetier::testing {
 
 namespace fs = std::filesystem;
+
+// The problems parse_safetensors_header reports for file f (shard 0).
+inline std::vector<std::string> parse_problems(const fs::path& f) {
+  Shard s;
+  std::vector<std::string> problems;
+  parse_safetensors_header(f, 0, s, problems);
+  return problems;
+}
 
 // A fresh directory under the system temp dir, removed with its contents.
 class TempDir {

@@ -16,13 +16,6 @@ using ::testing::StartsWith;
 
 namespace {
 
-std::vector<std::string> parse_problems(const fs::path& f) {
-  Shard s;
-  std::vector<std::string> problems;
-  parse_safetensors_header(f, 0, s, problems);
-  return problems;
-}
-
 std::string entry(const std::string& name, uint64_t begin) {
   return fmt::format(R"("{}":{{"dtype":"U8","shape":[2],"data_offsets":[{},{}]}})", name, begin,
                      begin + 2);

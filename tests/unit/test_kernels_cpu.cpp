@@ -248,9 +248,11 @@ std::vector<cpu::KernelPath> paths() {
 // Restores the kernel path and thread count a test changed.
 struct PathGuard {
   cpu::KernelPath path = cpu::kernel_path();
+  cpu::Activations act = cpu::mxfp4_activations();
   int threads = cpu::threads();
   ~PathGuard() {
     cpu::set_kernel_path(path);
+    cpu::set_mxfp4_activations(act);
     cpu::set_threads(threads);
   }
 };
@@ -301,9 +303,11 @@ TEST(CpuKernels, MatmulDoesNotDependOnThreads) {
   EXPECT_EQ(y1, y4);
 }
 
-// A NaN block scale (e8m0 0xff) poisons its row on every path, alone or batched.
+// A NaN block scale (e8m0 0xff) poisons its row on every path, alone or
+// batched, with f32 activations (the q8 mode: Q8.NanIsNeverHidden).
 TEST(CpuKernels, Mxfp4NanScalePropagatesOnEveryPath) {
   PathGuard guard;
+  cpu::set_mxfp4_activations(cpu::Activations::F32);
   std::mt19937 rng(29);
   RandomMatrix w(WeightEncoding::MXFP4, 7, 96, rng);
   w.scales[0] = 0xff;  // row 0, first block

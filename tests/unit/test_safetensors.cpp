@@ -20,13 +20,6 @@ using ::testing::StartsWith;
 
 namespace {
 
-std::vector<std::string> parse_problems(const fs::path& f) {
-  Shard s;
-  std::vector<std::string> problems;
-  parse_safetensors_header(f, 0, s, problems);
-  return problems;
-}
-
 // One shard with a few odd-shaped tensors of several dtypes.
 struct OneShard {
   TempDir tmp;
