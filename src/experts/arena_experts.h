@@ -171,7 +171,8 @@ class ArenaExperts final : public ExpertProvider {
   // Waits for (and reaps) every prefetch still in flight; false when there was none.
   bool wait_prefetches(int64_t layer);
   // submit; with `overlapped`, a batch that cannot be planned beside the open
-  // tickets gives an invalid ticket (plan aborted, nothing counted).
+  // tickets gives an invalid ticket (plan aborted, no use counted; loads it
+  // waited for stay reaped).
   Ticket submit_impl(int64_t layer, std::span<const int32_t> ids, Phase phase, bool overlapped);
   void note_fallbacks();
 

@@ -25,9 +25,9 @@
 //      batch before computing the current one only then, so that overlapping
 //      reads with compute changes no counter (docs/cache-protocol.md).
 //      submit_overlapped(layer, ids, phase) is that check and submit in one:
-//      an invalid ticket (nothing changed, nothing counted) where the batch
-//      cannot be placed beside the open tickets; the caller then releases its
-//      open batch and submits as usual.
+//      an invalid ticket (no plan kept, no use counted) where the batch cannot
+//      be placed beside the open tickets; the caller then releases its open
+//      batch and submits as usual.
 //   6. prefetch(layer, ids, phase) is a hint that those experts will be needed
 //      soon: it starts loads where the arena has room without disturbing open
 //      tickets and returns at once. It never changes the output; it is counted
