@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "bench/pdl_probe.h"
 #include "core/dtype.h"
 #include "kernels/cuda/cuda.h"
 
@@ -131,8 +132,11 @@ int main() {
     be->graph_drop(g);
     return us / (kCalls * kReplays);
   };
-  std::printf("{\n  \"device\": \"%s\",\n  \"copy_bound_gb_s\": %.1f,\n  \"ops\": [\n",
-              be->name().c_str(), bound);
+  const bench::PdlProbe pdl = bench::pdl_probe();
+  std::printf(
+      "{\n  \"device\": \"%s\",\n  \"copy_bound_gb_s\": %.1f,\n  \"pdl_probe\": {\"ok\": %s, "
+      "\"stream_gap_us\": %.2f, \"graph_gap_us\": %.2f},\n  \"ops\": [\n",
+      be->name().c_str(), bound, pdl.ok ? "true" : "false", pdl.stream_gap_us, pdl.graph_gap_us);
   bool first = true;
   struct Shape {
     const char* name;

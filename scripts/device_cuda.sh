@@ -122,6 +122,20 @@ step_abbase30() {  # this tree's kernels against the base build's, interleaved
   [ -x $BB/src/tools/moetier ] && MB=$BB/src/tools/moetier bench_arm \
     "moetier cuda all resident, 8K context, base" --prompt-tokens 8192 --gen 64 --runs 1
 }
+step_pdl30() {  # PDL on and off, and the base build, interleaved
+  wait ${BASE_PID:-} 2>/dev/null
+  for r in 1 2; do
+    bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+    MOETIER_CUDA_PDL=0 bench_arm "moetier cuda all resident, no PDL" --prompt-tokens 256 --gen 128 --runs 2
+    for br in ${GEMV_ROWS:-}; do
+      MOETIER_CUDA_GEMV_BLOCK_ROWS=$br bench_arm "moetier cuda all resident, block GEMV rows $br" \
+        --prompt-tokens 256 --gen 128 --runs 2
+    done
+    [ -x $BB/src/tools/moetier ] && MB=$BB/src/tools/moetier bench_arm \
+      "moetier cuda all resident, base $(cat .carry/base-commit 2>/dev/null)" \
+      --prompt-tokens 256 --gen 128 --runs 2
+  done
+}
 step_ds4() {  # DeepSeek-V4-Flash-shaped experts (hidden 4096, 256 x 2048, top-6), all resident
   local d=/tmp/ds4 n=${DS4_LAYERS:-6}
   [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 --layers $n \
@@ -161,6 +175,7 @@ step_ncu() {  # GPU time of each kernel of a few decode steps (8-layer model, gr
   [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
     --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
   timeout 300 /usr/local/cuda/bin/ncu --launch-skip ${NCU_SKIP:-3000} --launch-count ${NCU_COUNT:-90} \
+    ${NCU_FLAGS:-} \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv $M bench $q --backend cuda \
     --prompt-tokens 16 --gen 48 --runs 1 --no-probe >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   /usr/bin/python3 - "$OUT/ncu.csv" <<'PY'
@@ -173,7 +188,7 @@ k = collections.OrderedDict()
 for r in rows[1:]:
     d = k.setdefault(r[ii], {"name": r[ki][:70]})
     v = float(r[vi].replace(",", "")); u = r[ui]
-    if r[mi].startswith("gpu__time"): d["us"] = v / 1000 if u == "nsecond" else (v if u == "usecond" else v * 1000)
+    if r[mi].startswith("gpu__time"): d["us"] = v * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1}.get(u, 1e3)
     else: d["mb"] = v / 1e6 if u == "byte" else (v / 1e3 if u == "Kbyte" else (v if u == "Mbyte" else v * 1e3))
 agg = collections.OrderedDict()
 for d in k.values():
@@ -189,7 +204,7 @@ step_ncu_detail() {  # ncu sections for the kernels matching $NCU_KERNELS (8-lay
   [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
     --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
   timeout 300 /usr/local/cuda/bin/ncu --launch-skip ${NCU_SKIP:-1500} --launch-count ${NCU_COUNT:-6} \
-    --kernel-name "regex:${NCU_KERNELS:-moe}" --section SpeedOfLight --section Occupancy \
+    --kernel-name "regex:${NCU_KERNELS:-moe}" ${NCU_FLAGS:-} --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
     $M bench $q --backend cuda --prompt-tokens 16 --gen 48 --runs 1 --no-probe 2>&1 |
     grep -vE "^ *-+ *$|^ *$" | grep -E "moe_|attn_|gemv_|Duration|Throughput|Achieved Occupancy|Registers|Theoretical Occ|Stall|Warp Cycles|Block Limit|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Issued|Eligible|Active Warps" | head -${NCU_LINES:-150}

@@ -58,6 +58,12 @@ uint64_t WeightStore::bytes() const {
   return n;
 }
 
+void Backend::route_topk(const MatView& router, const float* x, int64_t n, int64_t k,
+                         bool renormalize, float* probs, int32_t* ids, float* weights) {
+  matmul(router, x, n, probs);  // logits [n, e]
+  softmax_topk(probs, n, router.rows, k, renormalize, probs, ids, weights);
+}
+
 void Backend::argmax(const float* x, int64_t n, int32_t* out) {
   check(n > 0, "argmax of no values");
   std::vector<float> h(static_cast<size_t>(n));

@@ -180,6 +180,16 @@ class Backend {
     kv_write(k_cache, k, pos, nkv * hd, n);
     kv_write(v_cache, v, pos, nkv * hd, n);
   }
+  // One token's attention with its per-head steps: qk_norm_rope_kv (n = 1, at
+  // position pos), then out [nh, hd] = attention of q over the caches'
+  // positions 0..pos. q and k may be left modified or as they were.
+  virtual void attend_decode(float* q, float* k, const float* v, const float* q_norm,
+                             const float* k_norm, int64_t nh, int64_t nkv, int64_t hd, float eps,
+                             int64_t pos, const float* inv_freq, float* k_cache, float* v_cache,
+                             float scale, float* out) {
+    qk_norm_rope_kv(q, k, v, q_norm, k_norm, 1, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache);
+    attention(q, k_cache, v_cache, 1, pos, nh, nkv, hd, scale, out);
+  }
   virtual void add(float* x, const float* y, int64_t n) = 0;                    // x += y
   virtual void add_rows(float* y, const float* b, int64_t n, int64_t dim) = 0;  // y[t] += b
   virtual void silu_mul(float* g, const float* u, int64_t n) = 0;               // g = silu(g) u
@@ -188,6 +198,11 @@ class Backend {
   // [n, k] (divided by their sum when renormalize).
   virtual void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                             float* probs, int32_t* ids, float* weights) = 0;
+  // The router itself: probs [n, e] = softmax(router x) for router [e, dim]
+  // and x [n, dim], with ids / weights as softmax_topk gives them. The
+  // default is matmul, then softmax_topk; CUDA fuses the two for one token.
+  virtual void route_topk(const MatView& router, const float* x, int64_t n, int64_t k,
+                          bool renormalize, float* probs, int32_t* ids, float* weights);
   virtual void expert_batch(const ExpertBatch& b) = 0;
   // out [1] = the index of the first maximum of x [n] (torch.argmax; x and out
   // in the backend's memory). The default goes through host memory.

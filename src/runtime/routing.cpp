@@ -21,16 +21,14 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
   r.experts.resize(static_cast<size_t>(n * k));
   r.weights.resize(static_cast<size_t>(n * k));
   if (be.is_host()) {
-    be.matmul(router, x, n, r.probs.data());  // logits [n, E]
-    be.softmax_topk(r.probs.data(), n, ne, k, norm_topk_prob, r.probs.data(), r.experts.data(),
-                    r.weights.data());
+    be.route_topk(router, x, n, k, norm_topk_prob, r.probs.data(), r.experts.data(),
+                  r.weights.data());
     return r;
   }
   float* probs = ws.get(kRouterSlot, n * ne);         // [n, E]
   int32_t* ids = ws.get_i32(kRouterSlot + 1, n * k);  // [n, k]
   float* w = ws.get(kRouterSlot + 2, n * k);          // [n, k]
-  be.matmul(router, x, n, probs);
-  be.softmax_topk(probs, n, ne, k, norm_topk_prob, probs, ids, w);
+  be.route_topk(router, x, n, k, norm_topk_prob, probs, ids, w);
   be.to_host(r.probs.data(), probs, r.probs.size() * sizeof(float));
   be.to_host(r.experts.data(), ids, r.experts.size() * sizeof(int32_t));
   be.to_host(r.weights.data(), w, r.weights.size() * sizeof(float));
@@ -44,8 +42,7 @@ DeviceRouting route_softmax_topk_device(Backend& be, const MatView& router, cons
   float* probs = ws.get(kRouterSlot, n * ne);         // [n, E]
   int32_t* ids = ws.get_i32(kRouterSlot + 1, n * k);  // [n, k]
   float* w = ws.get(kRouterSlot + 2, n * k);          // [n, k]
-  be.matmul(router, x, n, probs);
-  be.softmax_topk(probs, n, ne, k, norm_topk_prob, probs, ids, w);
+  be.route_topk(router, x, n, k, norm_topk_prob, probs, ids, w);
   return {ids, w};
 }
 

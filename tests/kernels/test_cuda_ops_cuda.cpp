@@ -282,6 +282,79 @@ TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
     }
 }
 
+// One decode token's per-head steps and attention in one launch (the last
+// block of each kv head merging the splits) against the CPU's composition:
+// the output and the cache rows written at the token's position. One backend
+// for every case, so each launch must leave the block counters at 0.
+TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
+  REQUIRE_GPU();
+  Fixture f;
+  std::mt19937 rng(23);
+  struct Heads {
+    int64_t heads, kvh, hd;
+  };
+  int c = 0;
+  for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64}})
+    for (int64_t pos : {0, 31, 32, 1700, 4999}) {
+      const bool norms = ++c % 3 != 0;  // every third case without q/k norms
+      const int64_t nh = s.heads, nkv = s.kvh, hd = s.hd, row = nkv * hd, cap = pos + 3;
+      auto q = randn(size_t(nh * hd), rng), k = randn(size_t(row), rng),
+           v = randn(size_t(row), rng);
+      auto kc = randn(size_t(cap * row), rng), vc = randn(size_t(cap * row), rng);
+      auto qn = randn(size_t(hd), rng), kn = randn(size_t(hd), rng);
+      std::vector<float> inv(size_t(hd / 2));
+      for (int64_t i = 0; i < hd / 2; ++i)
+        inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
+      std::vector<DeviceBuffer> keep;
+      float* dq = f.up(q, keep);
+      float* dk = f.up(k, keep);
+      float* dv = f.up(v, keep);
+      float* dkc = f.up(kc, keep);
+      float* dvc = f.up(vc, keep);
+      const float* dqn = norms ? f.up(qn, keep) : nullptr;
+      const float* dkn = norms ? f.up(kn, keep) : nullptr;
+      float* dinv = f.up(inv, keep);
+      float* dout = f.zeros(q.size(), keep);
+      std::vector<float> ref(q.size());
+      f.cpu->attend_decode(q.data(), k.data(), v.data(), norms ? qn.data() : nullptr,
+                           norms ? kn.data() : nullptr, nh, nkv, hd, 1e-6f, pos, inv.data(),
+                           kc.data(), vc.data(), 0.117f, ref.data());
+      f.gpu->attend_decode(dq, dk, dv, dqn, dkn, nh, nkv, hd, 1e-6f, pos, dinv, dkc, dvc, 0.117f,
+                           dout);
+      const std::string what = std::to_string(nh) + "/" + std::to_string(nkv) + " of " +
+                               std::to_string(hd) + " at " + std::to_string(pos);
+      EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5) << what;
+      EXPECT_EQ(f.down(dvc, vc.size()), vc) << what;  // row pos is v, the others untouched
+      EXPECT_LE(rel_err(f.down(dkc, kc.size()), kc), 1e-6) << what;
+      const auto gk = f.down(dkc + pos * row, size_t(row));
+      const std::vector<float> rk(kc.begin() + pos * row, kc.begin() + (pos + 1) * row);
+      EXPECT_LE(rel_err(gk, rk), 1e-6) << what;
+    }
+}
+
+// The first maximum over one to several blocks, with the maximum repeated
+// (the lowest index wins), twice per size (the block counter is reset).
+TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
+  REQUIRE_GPU();
+  Fixture f;
+  std::mt19937 rng(29);
+  for (int64_t n : {1, 7, 1000, 4099, 151936, 300001})
+    for (int rep = 0; rep < 2; ++rep) {
+      auto x = randn(size_t(n), rng, 3.0f);
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      const int64_t a = at(rng), b = at(rng);
+      x[size_t(a)] = x[size_t(b)] = 50.0f;
+      std::vector<DeviceBuffer> keep;
+      float* dx = f.up(x, keep);
+      keep.push_back(f.gpu->alloc(4));
+      auto* dout = keep.back().as<int32_t>();
+      f.gpu->argmax(dx, n, dout);
+      int32_t got = -1;
+      f.gpu->to_host(&got, dout, 4);
+      EXPECT_EQ(got, int32_t(std::min(a, b))) << n;
+    }
+}
+
 TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
   REQUIRE_GPU();
   Fixture f;
@@ -315,6 +388,51 @@ TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
     float* out = f.zeros(ref.size(), keep);
     f.gpu->embed(f.gpu->weights(t.view, f.store), toks, out);
     EXPECT_EQ(f.down(out, ref.size()), ref);
+  }
+}
+
+// The router GEMV and the softmax top-k in one launch (one token; the last
+// block to finish runs the top-k): each shape twice, since the block counter
+// must be back at 0 for the next call; n = 3 and unaligned widths take the
+// two-launch path.
+TEST(CudaOps, FusedRouterMatchesCpu) {
+  REQUIRE_GPU();
+  Fixture f;
+  std::mt19937 rng(17);
+  std::vector<DeviceBuffer> keep;
+  struct Case {
+    WeightEncoding enc;
+    int64_t e, cols, k, n;
+    bool renorm;
+  };
+  for (const Case c : {Case{WeightEncoding::BF16, 128, 2048, 8, 1, true},
+                       Case{WeightEncoding::BF16, 100, 72, 6, 1, false},
+                       Case{WeightEncoding::MXFP4, 256, 96, 6, 1, true},
+                       Case{WeightEncoding::F32, 300, 36, 5, 1, true},
+                       Case{WeightEncoding::BF16, 1000, 64, 3, 1, true},
+                       Case{WeightEncoding::BF16, 60, 70, 4, 1, true},
+                       Case{WeightEncoding::BF16, 128, 2048, 8, 3, true}}) {
+    HostMatrix r(c.enc, c.e, c.cols, rng);
+    const MatView dr = f.gpu->weights(r.view, f.store);
+    for (int rep = 0; rep < 2; ++rep) {
+      const auto x = randn(size_t(c.n * c.cols), rng, 1.0f);
+      std::vector<float> p(size_t(c.n * c.e)), w(size_t(c.n * c.k));
+      std::vector<int32_t> ids(size_t(c.n * c.k));
+      f.cpu->route_topk(r.view, x.data(), c.n, c.k, c.renorm, p.data(), ids.data(), w.data());
+      float* dx = f.up(x, keep);
+      float* dp = f.zeros(p.size(), keep);
+      float* dw = f.zeros(w.size(), keep);
+      keep.push_back(f.gpu->alloc(ids.size() * 4));
+      auto* dids = keep.back().as<int32_t>();
+      f.gpu->route_topk(dr, dx, c.n, c.k, c.renorm, dp, dids, dw);
+      std::vector<int32_t> gids(ids.size());
+      f.gpu->to_host(gids.data(), dids, gids.size() * 4);
+      const std::string what = std::to_string(c.e) + " x " + std::to_string(c.cols) + " n " +
+                               std::to_string(c.n) + " rep " + std::to_string(rep);
+      EXPECT_EQ(gids, ids) << what;
+      EXPECT_LE(rel_err(f.down(dw, w.size()), w), 1e-5) << what;
+      EXPECT_LE(rel_err(f.down(dp, p.size()), p), 1e-5) << what;
+    }
   }
 }
 

@@ -62,6 +62,23 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
   act_q8_ = !act || std::string(act) == "q8";
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
+  // MOETIER_CUDA_GEMV_WARP_ROWS=N: matrices of N rows or more take the warp
+  // GEMV (default 32768: the LM head), the others the block GEMV (A/B).
+  if (const char* wr = std::getenv("MOETIER_CUDA_GEMV_WARP_ROWS")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(wr, &end, 10);
+    check(end != wr && *end == '\0' && v >= 0, "MOETIER_CUDA_GEMV_WARP_ROWS={}: expected rows >= 0",
+          wr);
+    cuda::set_gemv_warp_rows(v);
+  }
+  if (const char* br = std::getenv("MOETIER_CUDA_GEMV_BLOCK_ROWS")) {  // A/B of the block GEMV
+    const std::string v = br;
+    check(v == "1" || v == "2" || v == "4", "MOETIER_CUDA_GEMV_BLOCK_ROWS={}: expected 1, 2 or 4",
+          v);
+    cuda::set_gemv_block_rows(std::stoi(v));
+  }
+  sync_ = alloc(sizeof(Sync));
+  cuda_check(cudaMemset(sync_.data(), 0, sizeof(Sync)), "block counters");
 }
 
 void CudaBackend::time_op(const std::string& what) {
@@ -103,8 +120,9 @@ CudaBackend::~CudaBackend() {
   }
   // Everything this backend owns goes before the stream it was used on.
   for (Scratch* s : {&ids_, &attn_, &arrays_, &h_, &d_, &wbf_, &xbf_, &g_, &u_, &hbf_, &y_, &rows_,
-                     &rw_, &prep_})
+                     &rw_, &prep_, &q8_})
     s->buf.reset();
+  sync_.reset();
   tables_.clear();
   for (cudaGraphExec_t g : graphs_)
     if (g) cudaGraphExecDestroy(g);
@@ -347,15 +365,47 @@ void CudaBackend::attention(const float* q, const float* k, const float* v, int6
   const int64_t covered = d_pos ? record_max_ : first_pos + n_q;
   const int64_t sf = cuda::attention_scratch_floats(n_q, covered, heads, hd);
   float* scratch = sf ? static_cast<float*>(attn_.get(*this, size_t(sf) * 4)) : nullptr;
+  check(kv_heads <= 256, "cuda attention: {} kv heads (<= 256)", kv_heads);
   cuda::attention(q, k, v, n_q, first_pos, d_pos, record_max_, heads, kv_heads, hd, scale, out,
-                  scratch, stream_);
+                  scratch, sync()->attn_done, stream_);
   after("attention");
+}
+
+void CudaBackend::attend_decode(float* q, float* k, const float* v, const float* q_norm,
+                                const float* k_norm, int64_t nh, int64_t nkv, int64_t hd, float eps,
+                                int64_t pos, const float* inv_freq, float* k_cache, float* v_cache,
+                                float scale, float* out) {
+  check(hd <= 256 && nh % nkv == 0 && nkv <= 256,
+        "cuda attention: head_dim {} (<= 256), heads {} / {}", hd, nh, nkv);
+  const int64_t* d_pos = step_pos(pos);
+  const int64_t covered = d_pos ? record_max_ : pos + 1;
+  const int64_t sf = cuda::attention_scratch_floats(1, covered, nh, hd);
+  float* scratch = sf ? static_cast<float*>(attn_.get(*this, size_t(sf) * 4)) : nullptr;
+  cuda::DecodePrep p;
+  p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,
+  p.eps = eps;
+  if (!legacy_decode_ &&
+      cuda::attention_decode(q, k_cache, v_cache, pos, d_pos, record_max_, nh, nkv, hd, scale, p,
+                             out, scratch, sync()->attn_done, stream_))
+    return after("attend_decode");
+  Backend::attend_decode(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache,
+                         scale, out);
 }
 
 void CudaBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renorm,
                                float* probs, int32_t* ids, float* weights) {
   check(k >= 1 && k <= e && e <= 1024 && k <= 32, "cuda router: top-{} of {} experts", k, e);
   cuda::softmax_topk(logits, n, e, k, renorm, probs, ids, weights, stream_), after("softmax_topk");
+}
+
+void CudaBackend::route_topk(const MatView& router, const float* x, int64_t n, int64_t k,
+                             bool renorm, float* probs, int32_t* ids, float* weights) {
+  check(k >= 1 && k <= router.rows && router.rows <= 1024 && k <= 32,
+        "cuda router: top-{} of {} experts", k, router.rows);
+  if (n == 1 && !legacy_decode_ &&
+      cuda::router_topk(router, x, k, renorm, probs, ids, weights, &sync()->route_done, stream_))
+    return after("router_topk");
+  Backend::route_topk(router, x, n, k, renorm, probs, ids, weights);
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {

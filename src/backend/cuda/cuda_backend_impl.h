@@ -107,12 +107,18 @@ class CudaBackend final : public Backend {
                                       k_cache, v_cache);
     after("qk_norm_rope_kv");
   }
+  void attend_decode(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                     int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,
+                     const float* inv_freq, float* k_cache, float* v_cache, float scale,
+                     float* out) override;
   void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                     float* probs, int32_t* ids, float* weights) override;
+  void route_topk(const MatView& router, const float* x, int64_t n, int64_t k, bool renormalize,
+                  float* probs, int32_t* ids, float* weights) override;
   void expert_batch(const ExpertBatch& b) override;
   void argmax(const float* x, int64_t n, int32_t* out) override {
     check(n > 0, "cuda argmax of no values");
-    cuda::argmax(x, n, out, stream_), after("argmax");
+    cuda::argmax(x, n, out, &sync()->argmax, stream_), after("argmax");
   }
   int register_experts(std::span<const ExpertView> views) override;
   void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k, const float* x,
@@ -158,6 +164,15 @@ class CudaBackend final : public Backend {
   };
   std::vector<Table> tables_;
   Scratch prep_, q8_;
+  // Block counters and partials of the one-launch kernels (each 0 between
+  // launches: the last block of a launch resets what it counted).
+  struct Sync {
+    unsigned route_done;      // router_topk
+    unsigned attn_done[256];  // decode attention, per kv head
+    cuda::ArgmaxScratch argmax;
+  };
+  DeviceBuffer sync_;  // [1] Sync
+  Sync* sync() const { return sync_.as<Sync>(); }
   // Decode graphs.
   struct StepArgs {  // pinned host, copied to step_dev_ before each replay
     int64_t pos;

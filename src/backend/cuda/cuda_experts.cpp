@@ -176,7 +176,8 @@ void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weigh
   if (!legacy_decode_ && act_q8_) {
     void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, intermediate));
     if (cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
-                            hidden, intermediate, sq, out, stream_))
+                            hidden, intermediate, sq, out,
+                            int(t.ptrs.bytes() / sizeof(cuda::ExpertPtrs)), stream_))
       return after("resident experts (q8)");
   }
   float* h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));

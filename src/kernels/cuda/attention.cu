@@ -9,7 +9,9 @@
 // rows. The split layout (tiles per split, splits) is a function of the
 // sequence length only, computed on the device from the position, so a graph
 // replay (grid sized for the capacity, splits past the length do nothing) and
-// a plain step split identically; a second kernel merges the splits.
+// a plain step split identically; the last block of each kv head to finish
+// merges its splits. attention_decode also does attention's per-head input
+// steps (q/k norm, RoPE, the KV write) in the same launch.
 //
 // Otherwise one block of 4 warps per (head, split, query). A warp takes 32 positions at
 // a time: each lane scores one position (q . k, the query in shared memory),
@@ -23,8 +25,10 @@
 // host's first_pos is only the capture-time value): the grid covers
 // max_positions, and splits past the position do nothing.
 #include <cfloat>
+#include <utility>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rowdot.cuh"
 
 namespace moetier::cuda {
@@ -147,6 +151,35 @@ __host__ __device__ inline void decode_layout(int64_t len, int64_t& tps, int64_t
   splits = (tiles + tps - 1) / tps;
 }
 
+// K and V rows p0 .. p0 + cnt - 1 of one kv head (columns col0 .., nd4
+// float4 each) into the tiles ks / vs (rows of ld floats): every thread
+// issues its loads (up to 8 float4 per tile) before it stores any.
+__device__ __forceinline__ void load_tile(const float* k, const float* v, int64_t p0, int64_t cnt,
+                                          int64_t stride, int64_t col0, int64_t nd4, int64_t ld,
+                                          float* ks, float* vs) {
+  constexpr int kPer = 4;
+  const int64_t total = cnt * nd4;
+  for (int64_t i0 = threadIdx.x; i0 < total; i0 += kPer * blockDim.x) {
+    float4 kk[kPer], vv[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int64_t i = i0 + u * blockDim.x;
+      if (i >= total) break;
+      const int64_t r = i / nd4, c = i - r * nd4, src = (p0 + r) * stride + col0 + 4 * c;
+      kk[u] = *reinterpret_cast<const float4*>(k + src);
+      vv[u] = *reinterpret_cast<const float4*>(v + src);
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int64_t i = i0 + u * blockDim.x;
+      if (i >= total) break;
+      const int64_t r = i / nd4, c = i - r * nd4;
+      *reinterpret_cast<float4*>(ks + r * ld + 4 * c) = kk[u];
+      *reinterpret_cast<float4*>(vs + r * ld + 4 * c) = vv[u];
+    }
+  }
+}
+
 // One warp's online-softmax step for query head qh over a tile of cnt
 // positions in shared memory (rows of ld floats): lane j scores position j,
 // then each lane adds its float4 slices (dims 4 (lane + 32 c)) of the values.
@@ -190,25 +223,158 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
   m = mn;
 }
 
+// A head row y [hd] in shared memory, in place, by one warp: RMSNorm with w
+// (null: none; double sum of squares, as the CPU) and RoPE at position pos
+// (cos / sin in double), as qk_norm_rope_kv computes it.
+__device__ __forceinline__ void norm_rope_row(float* y, const float* w, int64_t hd, float eps,
+                                              const float* inv_freq, int64_t pos) {
+  const int lane = int(threadIdx.x & 31);
+  if (w) {
+    double ss = 0.0;
+    for (int64_t d = lane; d < hd; d += 32) ss += double(y[d]) * double(y[d]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = 1.0f / sqrtf(float(ss / double(hd)) + eps);
+    for (int64_t d = lane; d < hd; d += 32) y[d] = w[d] * (y[d] * r);
+    __syncwarp();
+  }
+  const int64_t half = hd / 2;
+  for (int64_t d = lane; d < half; d += 32) {
+    const float angle = inv_freq[d] * float(pos);
+    const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+    const float a = y[d], b = y[d + half];
+    y[d] = a * c - b * s, y[d + half] = b * c + a * s;
+  }
+  __syncwarp();
+}
+
+// The last of a kv head's split blocks to finish (counted in done[g], reset to
+// 0 by it) merges the splits of the group's heads from the partials (rows of
+// hd + 4 floats: acc [hd], max, sum; at stride S per head): warp w takes heads
+// w, w + nw, ..., lane j the splits j and j + 32 for the max and the sum, then
+// its float4 of dims over all splits, 16 loads at a time (S <= 64).
+__device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t S, int64_t splits,
+                             int64_t hd, unsigned* done, float* out) {
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&done[g], 1u) == unsigned(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
+  const int64_t ps = hd + 4, nd4 = hd / 4;  // a partial: acc [hd], max, sum (16-byte rows)
+  for (int64_t hl = warp; hl < G; hl += nw) {
+    const float* p = scratch + (g * G + hl) * S * ps;
+    float m[2], l[2], e[2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t sp = lane + 32 * c;
+      m[c] = sp < splits ? __ldcg(p + sp * ps + hd) : -FLT_MAX;
+      l[c] = sp < splits ? __ldcg(p + sp * ps + hd + 1) : 0.0f;
+    }
+    float M = fmaxf(m[0], m[1]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+#pragma unroll
+    for (int c = 0; c < 2; ++c) e[c] = lane + 32 * c < splits ? expf(m[c] - M) : 0.0f;
+    const float L = warp_sum(l[0] * e[0] + l[1] * e[1]);
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {  // dims 4 (lane + 32 c) .. + 3 (hd <= 256)
+      const int64_t d4 = lane + 32 * c;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+      for (int64_t sp = 0; sp < splits; ++sp) {  // every lane shuffles: no divergence
+        const float w = __shfl_sync(0xffffffffu, sp < 32 ? e[0] : e[1], int(sp & 31));
+        if (d4 < nd4) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(p + sp * ps) + d4);
+          a.x += v.x * w, a.y += v.y * w, a.z += v.z * w, a.w += v.w * w;
+        }
+      }
+      if (d4 < nd4)
+        *reinterpret_cast<float4*>(out + (g * G + hl) * hd + 4 * d4) =
+            make_float4(a.x / L, a.y / L, a.z / L, a.w / L);
+    }
+  }
+  if (threadIdx.x == 0) done[g] = 0;
+}
+
+// Attention's input steps inside the decode kernel (DecodePrep), after
+// grid_wait: the group's q rows normalized and rotated in shared memory; the
+// block of the last split writes this token's k (normalized, rotated) and v
+// rows of its kv head to the caches, and when its first tile holds position
+// pos (at row pr >= 0) fills that row of the tile too (else its k is staged in
+// ktmp, and a later tile load reads the rows back). c: q_norm, k_norm [hd],
+// inv_freq [hd / 2] in shared memory.
+__device__ void decode_prep(const float* q, float* kc, float* vc, int64_t pos, int64_t g, int64_t G,
+                            int64_t hd, int64_t stride, bool last, int64_t pr, const DecodePrep& p,
+                            const float* c, float* ktmp, float* qs, float* ks, float* vs,
+                            int64_t ld) {
+  for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[g * G * hd + i];
+  float* krow = pr >= 0 ? ks + pr * ld : ktmp;
+  if (last)
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+      krow[i] = p.k_new[g * hd + i];
+      const float vv = p.v_new[g * hd + i];
+      if (pr >= 0) vs[pr * ld + i] = vv;
+      vc[pos * stride + g * hd + i] = vv;
+    }
+  __syncthreads();
+  const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32);
+  const float* qn = p.q_norm ? c : nullptr;
+  const float* kn = p.k_norm ? c + hd : nullptr;
+  for (int64_t r = warp; r < G + (last ? 1 : 0); r += nw)
+    norm_rope_row(r < G ? qs + r * hd : krow, r < G ? qn : kn, hd, p.eps, c + 2 * hd, pos);
+  __syncthreads();
+  if (last)
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) kc[pos * stride + g * hd + i] = krow[i];
+}
+
 // Grid: kv heads x S (>= the length's splits); block: 32 x min(G, 8) threads.
-// Dynamic shared memory: K and V tiles [kTile, hd + 4] and the group's q [G, hd].
+// Dynamic shared memory: K and V tiles [kTile, hd + 4], the group's q [G, hd]
+// and (prep) q_norm, k_norm, inv_freq, a k row [3.5 hd]. Before grid_wait the block
+// reads what no kernel of this step writes: the position (copied before the
+// graph), the norms, and its first tile's cache rows below pos. With
+// prep.k_new, the input steps follow (decode_prep); with more than one split
+// the last block of each kv head merges (decode_merge).
 template <int HPW>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
-    attn_decode_kernel(const float* q, const float* k, const float* v, int64_t first_pos,
-                       const int64_t* d_pos, int64_t heads, int64_t kvh, int64_t hd, float scale,
-                       float* out, float* scratch) {
+    attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
+                       int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
+                       float* scratch, DecodePrep prep, unsigned* done) {
   extern __shared__ float4 smem4[];
-  const int64_t len = (d_pos ? *d_pos : first_pos) + 1;
+  const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
   int64_t tps = 0, splits = 0;
   decode_layout(len, tps, splits);
   const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x, G = heads / kvh;
-  if (sp >= splits) return;
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  const int64_t ld = hd + 4, nd4 = hd / 4;
+  const int64_t ld = hd + 4, nd4 = hd / 4, stride = kvh * hd;
   float* ks = reinterpret_cast<float*>(smem4);
   float* vs = ks + kTile * ld;
   float* qs = vs + kTile * ld;
-  for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[g * G * hd + i];
+  float* cs = qs + G * hd;  // q_norm [hd], k_norm [hd], inv_freq [hd / 2], ktmp [hd]
+  const int64_t pb = sp * tps * kTile, pe = pb + tps * kTile < len ? pb + tps * kTile : len;
+  const int64_t cnt0 = pe - pb < kTile ? pe - pb : kTile;
+  const bool live = sp < splits, fused = prep.k_new != nullptr;
+  const bool last = fused && live && sp == splits - 1;
+  const int64_t pr = last && pos < pb + cnt0 ? pos - pb : -1;  // pos's row in the first tile
+  if (live && fused) {  // rows below pos only: written by earlier steps
+    for (int64_t i = threadIdx.x; i < 2 * hd + hd / 2; i += blockDim.x)
+      cs[i] = i < hd ? (prep.q_norm ? prep.q_norm[i] : 0.0f)
+                     : (i < 2 * hd ? (prep.k_norm ? prep.k_norm[i - hd] : 0.0f)
+                                   : prep.inv_freq[i - 2 * hd]);
+    load_tile(k, v, pb, pr >= 0 ? pr : cnt0, stride, g * hd, nd4, ld, ks, vs);
+  }
+  grid_wait();
+  grid_launch_dependents();
+  if (!live) return;
+  if (fused) {
+    __syncthreads();  // cs written
+    decode_prep(q, k, v, pos, g, G, hd, stride, last, pr, prep, cs, cs + 2 * hd + hd / 2, qs, ks,
+                vs, ld);
+  } else {
+    for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[g * G * hd + i];
+  }
   float m[HPW], l[HPW];
   float4 acc[HPW][2];  // dims 4 (lane + 32 c) .. + 3, c < 2 (hd <= 256)
 #pragma unroll
@@ -216,17 +382,13 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     m[hh] = -FLT_MAX, l[hh] = 0.0f;
     acc[hh][0] = acc[hh][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  const int64_t stride = kvh * hd;
-  const int64_t pb = sp * tps * kTile, pe = pb + tps * kTile < len ? pb + tps * kTile : len;
   for (int64_t p0 = pb; p0 < pe; p0 += kTile) {
     const int64_t cnt = pe - p0 < kTile ? pe - p0 : kTile;
-    __syncthreads();  // the previous tile is consumed (and qs written)
-    for (int64_t i = threadIdx.x; i < cnt * nd4; i += blockDim.x) {
-      const int64_t r = i / nd4, c = i - r * nd4, src = (p0 + r) * stride + g * hd + 4 * c;
-      *reinterpret_cast<float4*>(ks + r * ld + 4 * c) = *reinterpret_cast<const float4*>(k + src);
-      *reinterpret_cast<float4*>(vs + r * ld + 4 * c) = *reinterpret_cast<const float4*>(v + src);
+    if (p0 > pb || !fused) {  // (the fused kernel loaded its first tile before grid_wait)
+      __syncthreads();        // the previous tile is consumed
+      load_tile(k, v, p0, cnt, stride, g * hd, nd4, ld, ks, vs);
     }
-    __syncthreads();
+    __syncthreads();  // the tile (and qs) written
 #pragma unroll
     for (int hh = 0; hh < HPW; ++hh) {
       const int64_t hl = warp + int64_t(hh) * nw;
@@ -239,43 +401,18 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     const int64_t hl = warp + int64_t(hh) * nw;
     if (hl >= G) break;
     const int64_t h = g * G + hl;
-    float* part = scratch + (h * S + sp) * (hd + 2);
+    float* part = scratch + (h * S + sp) * (hd + 4);  // acc [hd], max, sum
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int64_t d4 = lane + 32 * c;
       if (d4 >= nd4) continue;
       float4 a = acc[hh][c];
-      if (splits == 1) {
-        a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
-        *reinterpret_cast<float4*>(out + h * hd + 4 * d4) = a;
-      } else {
-        part[2 + 4 * d4] = a.x, part[3 + 4 * d4] = a.y;
-        part[4 + 4 * d4] = a.z, part[5 + 4 * d4] = a.w;
-      }
+      if (splits == 1) a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
+      *reinterpret_cast<float4*>((splits == 1 ? out + h * hd : part) + 4 * d4) = a;
     }
-    if (splits > 1 && lane == 0) part[0] = m[hh], part[1] = l[hh];
+    if (splits > 1 && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
-}
-
-// Merges the length's splits (partials at stride S per head); nothing to do
-// for one split (the first kernel wrote the output).
-__global__ void attn_decode_combine(const float* scratch, int64_t S, int64_t first_pos,
-                                    const int64_t* d_pos, int64_t hd, float* out) {
-  const int64_t len = (d_pos ? *d_pos : first_pos) + 1;
-  int64_t tps = 0, splits = 0;
-  decode_layout(len, tps, splits);
-  if (splits == 1) return;
-  const int64_t h = blockIdx.x;
-  const float* p = scratch + h * S * (hd + 2);
-  float M = -FLT_MAX;
-  for (int64_t s = 0; s < splits; ++s) M = fmaxf(M, p[s * (hd + 2)]);
-  float L = 0.0f;
-  for (int64_t s = 0; s < splits; ++s) L += p[s * (hd + 2) + 1] * expf(p[s * (hd + 2)] - M);
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) a += p[s * (hd + 2) + 2 + d] * expf(p[s * (hd + 2)] - M);
-    out[h * hd + d] = a / L;
-  }
+  if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
 }
 
 bool decode_applies(int64_t n_q, int64_t heads, int64_t kvh, int64_t hd) {
@@ -288,19 +425,18 @@ int64_t decode_grid_splits(int64_t positions) {
 }
 
 template <int HPW>
-void launch_decode(const float* q, const float* k, const float* v, int64_t first_pos,
-                   const int64_t* d_pos, int64_t S, int64_t heads, int64_t kvh, int64_t hd,
-                   float scale, float* out, float* scratch, cudaStream_t s) {
+void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
+                   int64_t S, int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
+                   float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd) * sizeof(float);
+  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 3 * hd + hd / 2) * sizeof(float);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(attn_decode_kernel<HPW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};
-  attn_decode_kernel<HPW><<<grid, unsigned(32 * warps), smem, s>>>(q, k, v, first_pos, d_pos, heads,
-                                                                   kvh, hd, scale, out, scratch);
-  attn_decode_combine<<<unsigned(heads), 128, 0, s>>>(scratch, S, first_pos, d_pos, hd, out);
+  launch(attn_decode_kernel<HPW>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos, d_pos,
+         heads, kvh, hd, scale, out, scratch, prep, done);
 }
 
 }  // namespace
@@ -308,26 +444,33 @@ void launch_decode(const float* q, const float* k, const float* v, int64_t first
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t hd) {
   const int64_t s = splits_for(n_q, positions);
   const int64_t old = s > 1 ? heads * s * (hd + 2) : 0;
-  const int64_t dec = n_q == 1 ? heads * decode_grid_splits(positions) * (hd + 2) : 0;
+  const int64_t dec = n_q == 1 ? heads * decode_grid_splits(positions) * (hd + 4) : 0;
   return old > dec ? old : dec;
 }
 
+namespace {
+
+template <typename... A>
+void decode_hpw(int64_t hpw, A&&... args) {
+  if (hpw == 1) return launch_decode<1>(std::forward<A>(args)...);
+  if (hpw == 2) return launch_decode<2>(std::forward<A>(args)...);
+  return launch_decode<4>(std::forward<A>(args)...);
+}
+
+}  // namespace
+
 void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
                const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
-               int64_t hd, float scale, float* out, float* scratch, cudaStream_t s) {
+               int64_t hd, float scale, float* out, float* scratch, unsigned* done,
+               cudaStream_t s) {
   if (n_q <= 0) return;
   const int64_t len = d_pos ? max_positions : first_pos + n_q;  // positions the grid covers
   if (decode_applies(n_q, heads, kv_heads, hd)) {
     const int64_t S = decode_grid_splits(len),
                   hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
-    if (hpw == 1)
-      return launch_decode<1>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out,
-                              scratch, s);
-    if (hpw == 2)
-      return launch_decode<2>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out,
-                              scratch, s);
-    return launch_decode<4>(q, k, v, first_pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
-                            s);
+    // Without prep.k_new the kernel writes no cache row: k and v are only read.
+    return decode_hpw(hpw, q, const_cast<float*>(k), const_cast<float*>(v), first_pos, d_pos, S,
+                      heads, kv_heads, hd, scale, out, scratch, DecodePrep{}, done, s);
   }
   const int64_t splits = splits_for(n_q, len);
   const int64_t split_len = (len + splits - 1) / splits;
@@ -335,6 +478,20 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
   attn_kernel<<<grid, kWarpsA * 32, 0, s>>>(q, k, v, first_pos, d_pos, heads, kv_heads, hd, scale,
                                             out, scratch, split_len);
   if (splits > 1) attn_combine<<<unsigned(heads), 128, 0, s>>>(scratch, splits, hd, out);
+}
+
+bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
+                      const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
+                      int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
+                      unsigned* done, cudaStream_t s) {
+  if (!decode_applies(1, heads, kv_heads, hd) || !prep.k_new || !prep.v_new || !prep.inv_freq)
+    return false;
+  const int64_t len = d_pos ? max_positions : pos + 1;
+  const int64_t S = decode_grid_splits(len),
+                hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
+  decode_hpw(hpw, q, k_cache, v_cache, pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
+             prep, done, s);
+  return true;
 }
 
 }  // namespace moetier::cuda

@@ -49,8 +49,15 @@ void fill_zero(float* x, int64_t n, cudaStream_t s);
 // out [n, cols] = rows ids[t] of table decoded to f32; ids device [n].
 void embed(const MatView& table, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
 
-// out [1] = the index of the first maximum of x [n] (torch.argmax).
-void argmax(const float* x, int64_t n, int32_t* out, cudaStream_t s);
+// out [1] = the index of the first maximum of x [n] (torch.argmax), in one
+// launch of up to kArgBlocks blocks; sc: device scratch, done 0 before and after.
+constexpr int kArgBlocks = 128, kArgThreads = 256;
+struct ArgmaxScratch {
+  float value[kArgBlocks];
+  int32_t index[kArgBlocks];
+  unsigned done;
+};
+void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s);
 
 // Router: probs [n, e] = softmax(logits) (may alias), ids/weights [n, k] the
 // top k by descending probability (ties to the lower id), weights divided by
@@ -58,14 +65,42 @@ void argmax(const float* x, int64_t n, int32_t* out, cudaStream_t s);
 void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                   float* probs, int32_t* ids, float* weights, cudaStream_t s);
 
+// The router of one token in one launch: probs [e] = softmax(w x), ids /
+// weights [k] as softmax_topk gives them (w [e, cols], e <= 1024). done: one
+// device counter, 0 before and after (the last block to finish runs the
+// top-k). false (nothing launched) where the vector GEMV does not apply.
+bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
+                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s);
+
 // Causal GQA attention (see Backend::attention). Graph mode: d_pos non-null,
 // the query's position is *d_pos and the grid covers max_positions. scratch:
 // at least attention_scratch_floats(n_q, covered positions, ...) floats, where
 // the covered positions are max_positions in graph mode, else first_pos + n_q.
+// done: device counters [kv_heads], 0 before and after (decode: the last
+// block of each kv head merges its splits).
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t head_dim);
 void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
                const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
-               int64_t head_dim, float scale, float* out, float* scratch, cudaStream_t s);
+               int64_t head_dim, float scale, float* out, float* scratch, unsigned* done,
+               cudaStream_t s);
+// Decode attention with its input steps in the same launch (see
+// Backend::attend_decode): q [heads, hd] and this token's k_new / v_new
+// [kv_heads, hd] before norm and RoPE; the k/v rows of position pos are
+// written to the caches. q is not modified. false (nothing launched) where
+// the decode kernel does not apply (hd not a multiple of 4 or > 256, over 32
+// query heads per kv head).
+struct DecodePrep {
+  const float* k_new = nullptr;     // [kv_heads, hd]
+  const float* v_new = nullptr;     // [kv_heads, hd]
+  const float* q_norm = nullptr;    // [hd] or null (no norm)
+  const float* k_norm = nullptr;    // [hd] or null
+  const float* inv_freq = nullptr;  // [hd / 2]
+  float eps = 0.0f;
+};
+bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
+                      const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
+                      int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
+                      unsigned* done, cudaStream_t s);
 
 // One batch of SwiGLU experts (all of one encoding) on grouped tokens.
 struct ExpertPtrs {
@@ -125,6 +160,8 @@ bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStre
 // The row count from which gemv1 / gemv_multi take a warp per rows instead of
 // a block (default 32768; for benchmarks).
 void set_gemv_warp_rows(int64_t rows);
+// Rows per block of the block GEMV: 1, 2 or 4 (0: 2 from 2048 rows in all, else 1).
+void set_gemv_block_rows(int rows);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);
@@ -132,11 +169,12 @@ bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int
 // The resident MoE step with int8 activations (kernels/cuda/decode_q8.cu;
 // MXFP4 experts, hidden and inter multiples of 32): same contract as
 // moe_decode, scratch of moe_q8_scratch_bytes(k, inter) device bytes for h in
-// q8 form. false (nothing launched) where it does not apply.
+// q8 form; table_len: the table's entries (asked of L2 before the kernels
+// wait for the router). false (nothing launched) where it does not apply.
 size_t moe_q8_scratch_bytes(int64_t k, int64_t inter);
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                   void* scratch, float* out, cudaStream_t s);
+                   void* scratch, float* out, int table_len, cudaStream_t s);
 
 // Fused steps (kernels/cuda/fused.cu; Backend's fused ops). add_rmsnorm: x
 // [n, dim] += y, xn = rmsnorm(x). gemv_multi: y[m] [rows[m]] = w[m] x for up to

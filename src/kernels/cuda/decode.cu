@@ -15,6 +15,8 @@
 // deterministic and independent of the grid.
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/topk.cuh"
 
 namespace moetier::cuda {
 namespace {
@@ -22,6 +24,7 @@ namespace {
 constexpr int kWarps = 4;  // warps per block
 constexpr int kRows = 2;   // weight rows per warp
 int64_t g_warp_rows = 32768;
+int g_block_rows = 0;  // 0: the rule of gemv_warps
 
 int64_t blocks_of(const GemvMulti& g, int64_t per) {
   int64_t n = 0;
@@ -29,12 +32,44 @@ int64_t blocks_of(const GemvMulti& g, int64_t per) {
   return n;
 }
 
+// R rows row0.. of one matrix [rows, cols] dotted with x by one block, its
+// threads taking the rows' 16-byte chunks in turn (the first chunk's weights
+// loaded before grid_wait); thread r < R returns row r's total.
+template <int ENC, int R>
+__device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t* sc, int64_t rows,
+                                                int64_t row0, int64_t cols, const float* x,
+                                                const float* lut, float (*red)[kMaxThreads / 32]) {
+  using C = Chunk<ENC>;
+  const int64_t nch = cols / C::kCols;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  typename C::W q[R];
+  auto load = [&](int64_t i) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (row0 + r < rows) q[r] = C::load(w, sc, row0 + r, cols, i);
+  };
+  const int64_t i0 = threadIdx.x;
+  if (i0 < nch) load(i0);  // weights only: in flight while the previous kernel ends
+  grid_wait();
+  grid_launch_dependents();
+  for (int64_t i = i0; i < nch; i += blockDim.x) {
+    if (i != i0) load(i);
+    float xv[C::kCols];
+    load_x<C::kCols>(x, i, xv);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (row0 + r < rows) acc[r] += C::dot(q[r], xv, lut);
+  }
+  return block_sum<R>(acc, red);
+}
+
 // Block b owns R rows of one matrix (matrix m's rows take ceil(rows_m / R)
-// consecutive blocks); its threads take the row's 16-byte chunks in turn.
+// consecutive blocks).
 template <int ENC, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     gemv_block_kernel(GemvMulti g, int64_t cols, const float* x, int accumulate) {
-  using C = Chunk<ENC>;
   __shared__ float lut[16];
   __shared__ float red[R][kMaxThreads / 32];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
@@ -47,25 +82,37 @@ __global__ void __launch_bounds__(kMaxThreads)
     b -= bm;
   }
   const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = b * R;
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int64_t i = threadIdx.x; i < cols / C::kCols; i += blockDim.x) {
-    typename C::W q[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (row0 + r < rows) q[r] = C::load(g.w[m], g.sc[m], row0 + r, cols, i);
-    float xv[C::kCols];
-    load_x<C::kCols>(x, i, xv);
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (row0 + r < rows) acc[r] += C::dot(q[r], xv, lut);
-  }
-  const float t = block_sum<R>(acc, red);
+  const float t = block_rows_dot<ENC, R>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red);
   if (threadIdx.x < R && row0 + threadIdx.x < rows) {
     float* o = g.y[m] + row0 + threadIdx.x;
     *o = accumulate ? *o + t : t;
   }
+}
+
+// The router of one token: logits [e] = w x (a block per row), then the last
+// block to finish (counted in *done, which it resets to 0) runs the softmax
+// top-k on all e logits (probs may alias nothing but itself: logits go to probs).
+template <int ENC, int V>
+__global__ void __launch_bounds__(kMaxThreads)
+    router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
+                       int64_t k, int renorm, float* probs, int32_t* ids, float* weights,
+                       unsigned* done) {
+  __shared__ float lut[16];
+  __shared__ float red[1][kMaxThreads / 32];
+  __shared__ bool last;
+  if constexpr (ENC == kMXFP4) fill_e2m1(lut);
+  __syncthreads();
+  const float t = block_rows_dot<ENC, 1>(w, sc, e, blockIdx.x, cols, x, lut, red);
+  if (threadIdx.x == 0) {
+    probs[blockIdx.x] = t;
+    __threadfence();  // the logit is visible before the count says so
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
+  if (threadIdx.x == 0) *done = 0;
 }
 
 // Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).
@@ -83,16 +130,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (warp < wm) break;
     warp -= wm;
   }
-  if (m == g.count) return;
   const int lane = threadIdx.x & 31;
-  const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = warp * R, nch = cols / C::kCols;
-  const uint8_t* w = g.w[m];
-  const uint8_t* sc = g.sc[m];
+  const bool live = m < g.count;
+  const int mm = live ? m : 0;
+  const int64_t rows = live ? g.tile0[mm + 1] - g.tile0[mm] : 0, row0 = warp * R;
+  const int64_t nch = cols / C::kCols;
+  const uint8_t* w = g.w[mm];
+  const uint8_t* sc = g.sc[mm];
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int64_t base = 0; base < nch; base += 32 * U) {
-    typename C::W q[U][R];
+  typename C::W q[U][R];
+  auto load = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t i = base + lane + 32 * u;
@@ -100,6 +149,13 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int r = 0; r < R; ++r)
         if (i < nch && row0 + r < rows) q[u][r] = C::load(w, sc, row0 + r, cols, i);
     }
+  };
+  load(0);  // weights only: in flight while the previous kernel ends
+  grid_wait();
+  grid_launch_dependents();
+  if (!live) return;
+  for (int64_t base = 0; base < nch; base += 32 * U) {
+    if (base > 0) load(base);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t i = base + lane + 32 * u;
@@ -128,6 +184,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ float lut[16];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
+  grid_wait();  // ids come from the router
+  grid_launch_dependents();
   const int slot = int(blockIdx.y), lane = threadIdx.x & 31;
   const ExpertPtrs& ex = table[ids[slot]];
   const auto* gw = static_cast<const uint8_t*>(ex.w[0]);
@@ -184,6 +242,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ float wt[32];
   __shared__ int slot[32];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
+  grid_wait();  // ids, weights and h come from earlier kernels
+  grid_launch_dependents();
   if (threadIdx.x < k) {  // rank experts by ascending id (ties by slot)
     const int j = int(threadIdx.x);
     int rank = 0;
@@ -246,7 +306,7 @@ template <int ENC, int U>
 void gemv_warps_u(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
   const int64_t warps = blocks_of(g, kRows);
   const unsigned blocks = unsigned((warps + kWarps - 1) / kWarps);
-  gemv_warps_kernel<ENC, kRows, U><<<blocks, kWarps * 32, 0, s>>>(g, cols, x, acc ? 1 : 0);
+  launch(gemv_warps_kernel<ENC, kRows, U>, blocks, kWarps * 32, 0, s, g, cols, x, acc ? 1 : 0);
 }
 
 // Threads for `chunks` 16-byte chunks per row: a multiple of 32, at most 256.
@@ -259,10 +319,16 @@ template <int ENC>
 void gemv_warps(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
   if (g.tile0[g.count] < g_warp_rows) {
     const unsigned t = threads_for(cols / Chunk<ENC>::kCols);
-    if (g.tile0[g.count] >= 2048 * g.count)
-      gemv_block_kernel<ENC, 2><<<unsigned(blocks_of(g, 2)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
+    const int r = g_block_rows ? g_block_rows : g.tile0[g.count] >= 2048 ? 2 : 1;
+    if (r == 4)
+      launch(gemv_block_kernel<ENC, 4>, unsigned(blocks_of(g, 4)), t, 0, s, g, cols, x,
+             acc ? 1 : 0);
+    else if (r == 2)
+      launch(gemv_block_kernel<ENC, 2>, unsigned(blocks_of(g, 2)), t, 0, s, g, cols, x,
+             acc ? 1 : 0);
     else
-      gemv_block_kernel<ENC, 1><<<unsigned(blocks_of(g, 1)), t, 0, s>>>(g, cols, x, acc ? 1 : 0);
+      launch(gemv_block_kernel<ENC, 1>, unsigned(blocks_of(g, 1)), t, 0, s, g, cols, x,
+             acc ? 1 : 0);
     return;
   }
   switch (unroll_for(cols / Chunk<ENC>::kCols)) {
@@ -296,15 +362,15 @@ template <int ENC, int U>
 void moe_gate_up(const ExpertPtrs* table, const int32_t* ids, int k, const float* x, int64_t hidden,
                  int64_t inter, float* h, cudaStream_t s) {
   const dim3 g(unsigned((inter + kWarps * kRows - 1) / (kWarps * kRows)), unsigned(k));
-  moe_gate_up_kernel<ENC, kRows, U><<<g, kWarps * 32, 0, s>>>(table, ids, x, hidden, inter, h);
+  launch(moe_gate_up_kernel<ENC, kRows, U>, g, kWarps * 32, 0, s, table, ids, x, hidden, inter, h);
 }
 
 template <int ENC, int U>
 void moe_down(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
               const float* h, int64_t hidden, int64_t inter, float* out, cudaStream_t s) {
   const unsigned g = unsigned((hidden + kWarps * kRows - 1) / (kWarps * kRows));
-  moe_down_kernel<ENC, kRows, U>
-      <<<g, kWarps * 32, 0, s>>>(table, ids, weights, k, h, hidden, inter, out);
+  launch(moe_down_kernel<ENC, kRows, U>, g, kWarps * 32, 0, s, table, ids, weights, k, h, hidden,
+         inter, out);
 }
 
 template <int ENC>
@@ -333,9 +399,42 @@ void moe_enc(const ExpertPtrs* table, const int32_t* ids, const float* weights, 
   }
 }
 
+template <int ENC>
+void router_enc(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
+                int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
+  const auto* wp = static_cast<const uint8_t*>(w.data);
+  const unsigned g = unsigned(w.rows), t = threads_for(w.cols / Chunk<ENC>::kCols);
+  const int r = renorm ? 1 : 0;
+  if (w.rows <= 128)
+    launch(router_topk_kernel<ENC, 4>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, k, r, probs,
+           ids, weights, done);
+  else if (w.rows <= 256)
+    launch(router_topk_kernel<ENC, 8>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, k, r, probs,
+           ids, weights, done);
+  else
+    launch(router_topk_kernel<ENC, 32>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, k, r, probs,
+           ids, weights, done);
+}
+
 }  // namespace
 
+bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
+                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
+  if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows < 1 || w.rows > 1024 || k < 1 ||
+      k > 32 || k > w.rows || w.cols % enc_cols(w.enc))
+    return false;
+  switch (w.enc) {
+    case WeightEncoding::F32:
+      return router_enc<kF32>(w, x, k, renorm, probs, ids, weights, done, s), true;
+    case WeightEncoding::BF16:
+      return router_enc<kBF16>(w, x, k, renorm, probs, ids, weights, done, s), true;
+    default:
+      return router_enc<kMXFP4>(w, x, k, renorm, probs, ids, weights, done, s), true;
+  }
+}
+
 void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
+void set_gemv_block_rows(int rows) { g_block_rows = rows; }
 
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows <= 0) return false;

@@ -7,21 +7,25 @@
 // the block's e8m0 scale. The CPU computes the same integer sums; the two
 // differ only in the f32 order in which the scaled block sums are added.
 //
-// gate/up: a block owns 32 rows of one selected expert (8 warps x 4 rows),
+// gate/up: a block owns 32 rows of one selected expert (16 warps x 2 rows),
 // quantizes x into shared memory first, and quantizes its 32 outputs
-// h = silu(gate x) * up x as one q8 block (hq, hd). down: a warp owns 2 rows
+// h = silu(gate x) * up x as one q8 block (hq, hd). down: a warp owns 1 row
 // of the output and runs one dot product over the (expert, chunk) items of
 // the k experts in ascending id order, weighted by the routing weights.
 #include <cfloat>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace moetier::cuda {
 namespace {
 
-constexpr int kGateWarps = 8, kGateRows = 4;  // 32 rows of h per block
-constexpr int kDownWarps = 4, kDownRows = 2;
+// 16 x 2 = 32 rows of h per block, at most 64 registers (two blocks per SM):
+// the grid (Qwen3: 24 x 8 blocks) is one wave, and the SM has 32 warps to
+// hide latency with, where 8 x 4 rows left it 11.
+constexpr int kGateWarps = 16, kGateRows = 2;
+constexpr int kDownWarps = 4, kDownRows = 1;
 
 // The 4 codes in the low 16 bits of v (nibble order) -> 4 int8 values 2 e2m1(code).
 __device__ __forceinline__ int e2m1x2_i8(uint32_t v) {
@@ -64,15 +68,18 @@ __device__ __forceinline__ float quantize_lane(float v, int8_t* q) {
 }
 
 // Grid: (inter / 32, k). Dynamic shared memory: xq [hidden] int8, xd [hidden / 32].
-__global__ void __launch_bounds__(kGateWarps * 32)
+__global__ void __launch_bounds__(kGateWarps * 32, 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* x,
-                          int64_t hidden, int64_t inter, int8_t* hq, float* hd) {
+                          int64_t hidden, int64_t inter, int8_t* hq, float* hd, int table_len) {
   extern __shared__ int4 smem[];
   auto* xq = reinterpret_cast<int8_t*>(smem);
   auto* xd = reinterpret_cast<float*>(xq + hidden);
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int slot = int(blockIdx.y);
+  if (blockIdx.x == 0) prefetch_l2(table, int64_t(table_len) * int64_t(sizeof(ExpertPtrs)));
+  grid_wait();  // ids and x come from earlier kernels
+  grid_launch_dependents();
   const ExpertPtrs& ex = table[ids[slot]];  // loads in flight while x is quantized
   const auto* gw = static_cast<const uint4*>(ex.w[0]);
   const auto* uw = static_cast<const uint4*>(ex.w[1]);
@@ -135,12 +142,15 @@ __global__ void __launch_bounds__(kGateWarps * 32)
 template <int U>
 __global__ void __launch_bounds__(kDownWarps * 32)
     moe_down_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
-                       const int8_t* hq, const float* hd, int64_t hidden, int64_t inter,
-                       float* out) {
+                       const int8_t* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
+                       int table_len) {
   __shared__ const uint4* dw[32];
   __shared__ const uint8_t* ds[32];
   __shared__ float wt[32];
   __shared__ int slot[32];
+  if (blockIdx.x == 0) prefetch_l2(table, int64_t(table_len) * int64_t(sizeof(ExpertPtrs)));
+  grid_wait();  // ids, weights and h come from earlier kernels
+  grid_launch_dependents();
   if (threadIdx.x < k) {  // rank experts by ascending id (ties by slot)
     const int j = int(threadIdx.x);
     int rank = 0;
@@ -197,10 +207,10 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 template <int U>
 void down_q8(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
              const int8_t* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
-             cudaStream_t s) {
+             int table_len, cudaStream_t s) {
   const unsigned g = unsigned((hidden + kDownWarps * kDownRows - 1) / (kDownWarps * kDownRows));
-  moe_down_q8_kernel<U>
-      <<<g, kDownWarps * 32, 0, s>>>(table, ids, weights, k, hq, hd, hidden, inter, out);
+  launch(moe_down_q8_kernel<U>, g, kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden,
+         inter, out, table_len);
 }
 
 }  // namespace
@@ -211,7 +221,7 @@ size_t moe_q8_scratch_bytes(int64_t k, int64_t inter) {
 
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                   void* scratch, float* out, cudaStream_t s) {
+                   void* scratch, float* out, int table_len, cudaStream_t s) {
   if (!vec || enc != WeightEncoding::MXFP4 || hidden % 32 || inter % 32 || k < 1 || k > 32 ||
       hidden > 16384)
     return false;
@@ -219,14 +229,15 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   auto* hd = reinterpret_cast<float*>(hq + (k * inter + 15) / 16 * 16);  // [k, inter / 32]
   const size_t smem = size_t(hidden) + size_t(hidden / 32) * sizeof(float);
   const dim3 g1(unsigned(inter / 32), unsigned(k));
-  moe_gate_up_q8_kernel<<<g1, kGateWarps * 32, smem, s>>>(table, ids, x, hidden, inter, hq, hd);
+  launch(moe_gate_up_q8_kernel, g1, kGateWarps * 32, smem, s, table, ids, x, hidden, inter, hq, hd,
+         table_len);
   const int64_t per_lane = (int64_t(k) * (inter / 32) + 31) / 32;
   if (per_lane <= 2)
-    down_q8<2>(table, ids, weights, k, hq, hd, hidden, inter, out, s);
+    down_q8<2>(table, ids, weights, k, hq, hd, hidden, inter, out, table_len, s);
   else if (per_lane <= 4)
-    down_q8<4>(table, ids, weights, k, hq, hd, hidden, inter, out, s);
+    down_q8<4>(table, ids, weights, k, hq, hd, hidden, inter, out, table_len, s);
   else
-    down_q8<8>(table, ids, weights, k, hq, hd, hidden, inter, out, s);
+    down_q8<8>(table, ids, weights, k, hq, hd, hidden, inter, out, table_len, s);
   return true;
 }
 

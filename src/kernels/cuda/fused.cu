@@ -5,12 +5,22 @@
 // cos/sin in double).
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace moetier::cuda {
 namespace {
 
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int64_t dim, float eps,
                                    float* xn) {
+  constexpr int kPer = 4;  // norm weights per thread held in registers, read before grid_wait
+  float wr[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    wr[j] = i < dim ? w[i] : 0.0f;
+  }
+  grid_wait();
+  grid_launch_dependents();
   float* xr = x + int64_t(blockIdx.x) * dim;
   const float* yr = y + int64_t(blockIdx.x) * dim;
   float* o = xn + int64_t(blockIdx.x) * dim;
@@ -22,7 +32,13 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int
   }
   __shared__ double part[33];
   const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(dim)) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w[i] * (xr[i] * r);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+    if (i < dim) o[i] = wr[j] * (xr[i] * r);
+  }
+  for (int64_t i = threadIdx.x + int64_t(kPer) * blockDim.x; i < dim; i += blockDim.x)
+    o[i] = w[i] * (xr[i] * r);
 }
 
 // Grid: n x (nh + 2 nkv) blocks (q heads, k heads, v heads) of one head row.
@@ -30,6 +46,8 @@ __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, const
                                        const float* k_norm, int64_t nh, int64_t nkv, int64_t hd,
                                        float eps, int64_t pos, const int64_t* d_pos,
                                        const float* inv_freq, float* k_cache, float* v_cache) {
+  grid_wait();
+  grid_launch_dependents();
   if (d_pos) pos = *d_pos;
   const int64_t t = blockIdx.x, j = blockIdx.y, kvd = nkv * hd;
   const int64_t cache_row = (pos + t) * kvd;
@@ -76,7 +94,7 @@ void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t di
                  float* xn, cudaStream_t s) {
   if (n <= 0) return;
   const int block = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 128);
-  add_rmsnorm_kernel<<<unsigned(n), block, 0, s>>>(x, y, w, dim, eps, xn);
+  launch(add_rmsnorm_kernel, unsigned(n), block, 0, s, x, y, w, dim, eps, xn);
 }
 
 bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
@@ -86,8 +104,8 @@ bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, co
   if (n <= 0 || hd > 512 || hd % 2) return false;
   const dim3 grid(unsigned(n), unsigned(nh + 2 * nkv));
   const unsigned block = hd >= 128 ? 128 : (hd >= 64 ? 64 : 32);
-  qk_norm_rope_kv_kernel<<<grid, block, 0, s>>>(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos,
-                                                d_pos, inv_freq, k_cache, v_cache);
+  launch(qk_norm_rope_kv_kernel, grid, block, 0, s, q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos,
+         d_pos, inv_freq, k_cache, v_cache);
   return true;
 }
 

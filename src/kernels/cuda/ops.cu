@@ -3,9 +3,13 @@
 // (double sum of squares in RMSNorm, f32 products, cos/sin in double).
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rowdot.cuh"
+#include "kernels/cuda/topk.cuh"
 
 namespace moetier::cuda {
 namespace {
@@ -20,6 +24,8 @@ unsigned grid_for(int64_t n, int block) {
        i += int64_t(gridDim.x) * blockDim.x)
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+  grid_wait();
+  grid_launch_dependents();
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
   double ss = 0.0;
@@ -69,107 +75,88 @@ __global__ void embed_kernel(const uint8_t* w, const uint8_t* sc, int64_t cols, 
   GRID_STRIDE(i, n * cols) out[i] = weight_at<ENC>(w, sc, ids[i / cols], i % cols, cols, lut);
 }
 
-// One warp per token; lane j holds the probabilities of experts j, j + 32,
-// ... (V per lane). k rounds of a warp arg-max (ties to the lower id); the
-// weights are summed in selection order by lane 0.
+// One warp per token (kernels/cuda/topk.cuh).
 template <int V>
 __global__ void __launch_bounds__(32)
     softmax_topk_kernel(const float* logits, int64_t e, int64_t k, int renorm, float* probs,
                         int32_t* ids, float* weights) {
+  grid_wait();
+  grid_launch_dependents();
   const int64_t t = blockIdx.x;
-  const int lane = threadIdx.x;
-  float p[V];
-  float m = -FLT_MAX;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int64_t j = lane + 32 * i;
-    p[i] = j < e ? logits[t * e + j] : -FLT_MAX;
-    m = fmaxf(m, p[i]);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    p[i] = lane + 32 * i < e ? expf(p[i] - m) : 0.0f;
-    sum += p[i];
-  }
-  sum = warp_sum(sum);
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const int64_t j = lane + 32 * i;
-    if (j < e) {
-      p[i] = p[i] / sum;
-      probs[t * e + j] = p[i];
-    } else {
-      p[i] = -1.0f;
-    }
-  }
-  float sel_sum = 0.0f;
-  for (int64_t r = 0; r < k; ++r) {
-    float v = -2.0f;
-    int id = INT32_MAX, at = 0;
-#pragma unroll
-    for (int i = 0; i < V; ++i)  // ascending ids: the first maximum wins ties
-      if (p[i] > v) v = p[i], id = lane + 32 * i, at = i;
-    const int mine = id;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-      const int id2 = __shfl_xor_sync(0xffffffffu, id, o);
-      if (v2 > v || (v2 == v && id2 < id)) v = v2, id = id2;
-    }
-    if (id == mine) {
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (i == at) p[i] = -2.0f;  // taken
-    }
-    if (lane == 0) {
-      ids[t * k + r] = id;
-      weights[t * k + r] = v;
-      sel_sum += v;
-    }
-  }
-  __syncwarp();
-  if (renorm && lane == 0)
-    for (int64_t r = 0; r < k; ++r) weights[t * k + r] = weights[t * k + r] / sel_sum;
+  softmax_topk_warp<V>(logits + t * e, e, k, renorm, probs + t * e, ids + t * k, weights + t * k);
 }
 
-// One block: each thread scans a strided slice (first maximum), then a
-// shared-memory tree keeps the larger value, ties to the lower index.
-__global__ void __launch_bounds__(1024) argmax_kernel(const float* x, int64_t n, int32_t* out) {
-  __shared__ float sv[1024];
-  __shared__ int32_t si[1024];
-  float v = -INFINITY;
-  int32_t best = INT32_MAX;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    if (best == INT32_MAX || x[i] > v) v = x[i], best = int32_t(i);
-  sv[threadIdx.x] = v, si[threadIdx.x] = best;
+// (v2, i2) beats (v, i): a valid index, a larger value, or an equal value
+// at a lower index (INT32_MAX: no index yet).
+__device__ __forceinline__ bool argmax_beats(float v2, int32_t i2, float v, int32_t i) {
+  return i2 != INT32_MAX && (i == INT32_MAX || v2 > v || (v2 == v && i2 < i));
+}
+
+// The block's best of (v, i) over its threads (shared-memory tree).
+__device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int32_t* si) {
+  sv[threadIdx.x] = v, si[threadIdx.x] = i;
   __syncthreads();
   for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o) {
-      const float v2 = sv[threadIdx.x + o];
-      const int32_t i2 = si[threadIdx.x + o];
-      if (i2 != INT32_MAX && (si[threadIdx.x] == INT32_MAX || v2 > sv[threadIdx.x] ||
-                              (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])))
-        sv[threadIdx.x] = v2, si[threadIdx.x] = i2;
-    }
+    if (threadIdx.x < o &&
+        argmax_beats(sv[threadIdx.x + o], si[threadIdx.x + o], sv[threadIdx.x], si[threadIdx.x]))
+      sv[threadIdx.x] = sv[threadIdx.x + o], si[threadIdx.x] = si[threadIdx.x + o];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out = si[0];
+}
+
+// Block b scans x [b * chunk, (b + 1) * chunk) (each thread a strided slice,
+// first maximum), writes its best to part; the last block to finish (counted
+// in *done, reset to 0 by it) reduces the partials in block order.
+__global__ void __launch_bounds__(kArgThreads)
+    argmax_kernel(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc) {
+  grid_wait();
+  grid_launch_dependents();
+  __shared__ float sv[kArgThreads];
+  __shared__ int32_t si[kArgThreads];
+  __shared__ bool last;
+  const int64_t chunk = (n + gridDim.x - 1) / gridDim.x, b0 = int64_t(blockIdx.x) * chunk;
+  const int64_t e = b0 + chunk < n ? b0 + chunk : n;
+  float v = -INFINITY;
+  int32_t best = INT32_MAX;
+  for (int64_t i = b0 + threadIdx.x; i < e; i += blockDim.x)
+    if (best == INT32_MAX || x[i] > v) v = x[i], best = int32_t(i);
+  argmax_block(v, best, sv, si);
+  if (threadIdx.x == 0) {
+    sc->value[blockIdx.x] = sv[0], sc->index[blockIdx.x] = si[0];
+    __threadfence();
+    last = atomicAdd(&sc->done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const bool mine = threadIdx.x < gridDim.x;
+  argmax_block(mine ? __ldcg(&sc->value[threadIdx.x]) : -INFINITY,
+               mine ? __ldcg(&sc->index[threadIdx.x]) : INT32_MAX, sv, si);
+  if (threadIdx.x == 0) *out = si[0], sc->done = 0;
 }
 
 }  // namespace
 
-void argmax(const float* x, int64_t n, int32_t* out, cudaStream_t s) {
-  argmax_kernel<<<1, 1024, 0, s>>>(x, n, out);
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOETIER_CUDA_PDL");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s) {
+  const int64_t per = 16 * kArgThreads;  // values per block at the least
+  const int64_t blocks = (n + per - 1) / per;
+  const unsigned g = unsigned(blocks < kArgBlocks ? (blocks > 0 ? blocks : 1) : kArgBlocks);
+  launch(argmax_kernel, g, kArgThreads, 0, s, x, n, out, sc);
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
              cudaStream_t s) {
   if (n <= 0) return;
   const int block = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 128);
-  rmsnorm_kernel<<<unsigned(n), block, 0, s>>>(x, w, dim, eps, y);
+  launch(rmsnorm_kernel, unsigned(n), block, 0, s, x, w, dim, eps, y);
 }
 
 void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0, const int64_t* d_pos,
@@ -217,11 +204,11 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
   const int r = renorm ? 1 : 0;
   const unsigned g = unsigned(n);
   if (e <= 128)
-    softmax_topk_kernel<4><<<g, 32, 0, s>>>(logits, e, k, r, probs, ids, weights);
+    launch(softmax_topk_kernel<4>, g, 32, 0, s, logits, e, k, r, probs, ids, weights);
   else if (e <= 256)
-    softmax_topk_kernel<8><<<g, 32, 0, s>>>(logits, e, k, r, probs, ids, weights);
+    launch(softmax_topk_kernel<8>, g, 32, 0, s, logits, e, k, r, probs, ids, weights);
   else
-    softmax_topk_kernel<32><<<g, 32, 0, s>>>(logits, e, k, r, probs, ids, weights);
+    launch(softmax_topk_kernel<32>, g, 32, 0, s, logits, e, k, r, probs, ids, weights);
 }
 
 }  // namespace moetier::cuda

@@ -27,13 +27,17 @@ void Qwen3MoeModel::attention(int64_t layer, const float* xn, int64_t n, int64_t
   if (a.k_bias) be.add_rows(k, a.k_bias, n, kvd);
   if (a.v_bias) be.add_rows(v, a.v_bias, n, kvd);
   KvCache& kv = st.kv;
-  be.qk_norm_rope_kv(q, k, v, a.q_norm, a.k_norm, n, nh, nkv, hd, eps, start_pos, inv_freq_,
-                     kv.keys(layer), kv.values(layer));
-
   // transformers: scaling = head_dim ** -0.5 (a double, applied to f32 scores).
   const float scale = float(std::pow(double(hd), -0.5));
   float* ctx = ws.get(kCtx, n * qd);  // [n, heads, hd]
-  be.attention(q, kv.keys(layer), kv.values(layer), n, start_pos, nh, nkv, hd, scale, ctx);
+  if (n == 1) {                       // decode: the per-head steps and attention in one backend op
+    be.attend_decode(q, k, v, a.q_norm, a.k_norm, nh, nkv, hd, eps, start_pos, inv_freq_,
+                     kv.keys(layer), kv.values(layer), scale, ctx);
+  } else {
+    be.qk_norm_rope_kv(q, k, v, a.q_norm, a.k_norm, n, nh, nkv, hd, eps, start_pos, inv_freq_,
+                       kv.keys(layer), kv.values(layer));
+    be.attention(q, kv.keys(layer), kv.values(layer), n, start_pos, nh, nkv, hd, scale, ctx);
+  }
   be.matmul(a.o, ctx, n, o);
   if (a.o_bias) be.add_rows(o, a.o_bias, n, h);
 }

@@ -1,0 +1,64 @@
+// Programmatic dependent launch (PDL, sm_90+) for the decode kernels.
+//
+// launch() starts a kernel with cudaLaunchAttributeProgrammaticStreamSerialization,
+// so that it may be scheduled while the kernel before it in the stream is
+// still running (its blocks sit resident and can read weights). Protocol, for
+// every kernel started by launch():
+//  - every thread calls grid_wait() before it reads anything an earlier kernel
+//    wrote and before its first global write (griddepcontrol.wait returns once
+//    the previous kernel has completed and its writes are visible). Only
+//    weights, which no kernel writes, may be read before it;
+//  - every thread calls grid_wait() unconditionally, before any early return:
+//    a grid that could complete without waiting would let the kernel after it
+//    run before the one before it has finished (the chain is transitive only
+//    because each grid completes after its predecessor);
+//  - grid_launch_dependents() comes right after grid_wait(), so at most two
+//    grids (the running one and the next, waiting) hold resources at once.
+// Outside a PDL launch (<<<>>>, or MOETIER_CUDA_PDL=0) both are no-ops.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace moetier::cuda {
+
+__device__ __forceinline__ void grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks L2 for [p, p + bytes) (the block's threads a 128-byte line each): what
+// a kernel will read right after grid_wait, such as an expert table.
+__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
+  for (int64_t o = int64_t(threadIdx.x) * 128; o < bytes; o += int64_t(blockDim.x) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + o));
+}
+
+// Whether launch() asks for PDL (MOETIER_CUDA_PDL=0 turns it off; read once).
+bool pdl_enabled();
+
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // checked by the backend
+}
+
+}  // namespace moetier::cuda
