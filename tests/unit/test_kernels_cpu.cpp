@@ -264,8 +264,11 @@ TEST(CpuKernels, MatmulIsBatchInvariantOnEveryPath) {
   PathGuard guard;
   std::mt19937 rng(31);
   for (auto enc : {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4}) {
+    // 1000 and 2080 columns: long rows, 1000 with groups past the last whole
+    // 32-column block.
     for (auto [rows, cols] : {std::array<int64_t, 2>{67, 160}, std::array<int64_t, 2>{9, 96},
-                              std::array<int64_t, 2>{130, 512}, std::array<int64_t, 2>{5, 37}}) {
+                              std::array<int64_t, 2>{130, 512}, std::array<int64_t, 2>{5, 37},
+                              std::array<int64_t, 2>{11, 1000}, std::array<int64_t, 2>{6, 2080}}) {
       if (enc == WeightEncoding::MXFP4 && cols % 32) continue;
       RandomMatrix w(enc, rows, cols, rng);
       const int64_t n = 7;
