@@ -295,7 +295,9 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
   };
   int c = 0;
   for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64}})
-    for (int64_t pos : {0, 31, 32, 1700, 4999}) {
+    // 2100 and 4990: more tiles than splits, so the last split's block finds
+    // the token's position in a later tile than its first.
+    for (int64_t pos : {0, 31, 32, 1700, 2100, 4990, 4999}) {
       const bool norms = ++c % 3 != 0;  // every third case without q/k norms
       const int64_t nh = s.heads, nkv = s.kvh, hd = s.hd, row = nkv * hd, cap = pos + 3;
       auto q = randn(size_t(nh * hd), rng), k = randn(size_t(row), rng),

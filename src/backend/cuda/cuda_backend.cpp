@@ -78,7 +78,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     cuda::set_gemv_block_rows(std::stoi(v));
   }
   sync_ = alloc(sizeof(Sync));
-  cuda_check(cudaMemset(sync_.data(), 0, sizeof(Sync)), "block counters");
+  cuda_check(cudaMemsetAsync(sync_.data(), 0, sizeof(Sync), stream_), "block counters");
+  cuda_check(cudaStreamSynchronize(stream_), "block counters");
 }
 
 void CudaBackend::time_op(const std::string& what) {

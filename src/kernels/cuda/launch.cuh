@@ -15,6 +15,9 @@
 //  - grid_launch_dependents() comes right after grid_wait(), so at most two
 //    grids (the running one and the next, waiting) hold resources at once.
 // Outside a PDL launch (<<<>>>, or MOETIER_CUDA_PDL=0) both are no-ops.
+// Below sm_90 they compile to nothing, so launch() asks for PDL only when the
+// build targets sm_90 or later alone (MOETIER_CUDA_MIN_ARCH, from CMake's
+// CMAKE_CUDA_ARCHITECTURES): a kernel JIT-compiled from older PTX would not wait.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,6 +46,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + o));
 }
 
+#ifndef MOETIER_CUDA_MIN_ARCH
+#define MOETIER_CUDA_MIN_ARCH 0
+#endif
+
 // Whether launch() asks for PDL (MOETIER_CUDA_PDL=0 turns it off; read once).
 bool pdl_enabled();
 
@@ -50,7 +57,8 @@ template <typename... P, typename... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed =
+      MOETIER_CUDA_MIN_ARCH >= 90 && pdl_enabled() ? 1 : 0;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
