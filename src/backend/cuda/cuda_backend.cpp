@@ -357,18 +357,24 @@ void CudaBackend::gemm_bf16_raw(const MatView& w, const uint16_t* xb, int64_t n,
   }
 }
 
+// Checks the shapes and sizes the split partials for n_q queries from first_pos
+// (graph mode: for every position up to the recording's capacity).
+float* CudaBackend::attention_scratch(int64_t n_q, int64_t first_pos, int64_t heads,
+                                      int64_t kv_heads, int64_t hd) {
+  check(hd <= 256 && heads % kv_heads == 0 && kv_heads <= 256,
+        "cuda attention: head_dim {} (<= 256), heads {} / {} (<= 256 kv heads)", hd, heads,
+        kv_heads);
+  const int64_t covered = step_pos(first_pos) ? record_max_ : first_pos + n_q;
+  const int64_t sf = cuda::attention_scratch_floats(n_q, covered, heads, hd);
+  return sf ? static_cast<float*>(attn_.get(*this, size_t(sf) * 4)) : nullptr;
+}
+
 void CudaBackend::attention(const float* q, const float* k, const float* v, int64_t n_q,
                             int64_t first_pos, int64_t heads, int64_t kv_heads, int64_t hd,
                             float scale, float* out) {
-  check(hd <= 256 && heads % kv_heads == 0, "cuda attention: head_dim {} (<= 256), heads {} / {}",
-        hd, heads, kv_heads);
-  const int64_t* d_pos = step_pos(first_pos);
-  const int64_t covered = d_pos ? record_max_ : first_pos + n_q;
-  const int64_t sf = cuda::attention_scratch_floats(n_q, covered, heads, hd);
-  float* scratch = sf ? static_cast<float*>(attn_.get(*this, size_t(sf) * 4)) : nullptr;
-  check(kv_heads <= 256, "cuda attention: {} kv heads (<= 256)", kv_heads);
-  cuda::attention(q, k, v, n_q, first_pos, d_pos, record_max_, heads, kv_heads, hd, scale, out,
-                  scratch, sync()->attn_done, stream_);
+  float* scratch = attention_scratch(n_q, first_pos, heads, kv_heads, hd);
+  cuda::attention(q, k, v, n_q, first_pos, step_pos(first_pos), record_max_, heads, kv_heads, hd,
+                  scale, out, scratch, sync()->attn_done, stream_);
   after("attention");
 }
 
@@ -376,18 +382,13 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
                                 const float* k_norm, int64_t nh, int64_t nkv, int64_t hd, float eps,
                                 int64_t pos, const float* inv_freq, float* k_cache, float* v_cache,
                                 float scale, float* out) {
-  check(hd <= 256 && nh % nkv == 0 && nkv <= 256,
-        "cuda attention: head_dim {} (<= 256), heads {} / {}", hd, nh, nkv);
-  const int64_t* d_pos = step_pos(pos);
-  const int64_t covered = d_pos ? record_max_ : pos + 1;
-  const int64_t sf = cuda::attention_scratch_floats(1, covered, nh, hd);
-  float* scratch = sf ? static_cast<float*>(attn_.get(*this, size_t(sf) * 4)) : nullptr;
+  float* scratch = attention_scratch(1, pos, nh, nkv, hd);
   cuda::DecodePrep p;
   p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,
   p.eps = eps;
   if (!legacy_decode_ &&
-      cuda::attention_decode(q, k_cache, v_cache, pos, d_pos, record_max_, nh, nkv, hd, scale, p,
-                             out, scratch, sync()->attn_done, stream_))
+      cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
+                             scale, p, out, scratch, sync()->attn_done, stream_))
     return after("attend_decode");
   Backend::attend_decode(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache,
                          scale, out);

@@ -140,6 +140,8 @@ class CudaBackend final : public Backend {
   // While recording a decode graph: the device copy of the step's position
   // (pos must be the recorded step's); else null (use the host value).
   const int64_t* step_pos(int64_t pos) const;
+  float* attention_scratch(int64_t n_q, int64_t first_pos, int64_t heads, int64_t kv_heads,
+                           int64_t hd);
   void gemm_bf16(const MatView& w, const float* x, int64_t n, float* y, bool accumulate);
   // y [n, rows] (+)= xb [n, cols] (bf16, device) w^T.
   void gemm_bf16_raw(const MatView& w, const uint16_t* xb, int64_t n, float* y, bool accumulate);

@@ -237,24 +237,11 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const float* h, int64_t hidden, int64_t inter, float* out) {
   using C = Chunk<ENC>;
   __shared__ float lut[16];
-  __shared__ const uint8_t* dw[32];
-  __shared__ const uint8_t* ds[32];
-  __shared__ float wt[32];
-  __shared__ int slot[32];
+  __shared__ RankedExperts rk;
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   grid_wait();  // ids, weights and h come from earlier kernels
   grid_launch_dependents();
-  if (threadIdx.x < k) {  // rank experts by ascending id (ties by slot)
-    const int j = int(threadIdx.x);
-    int rank = 0;
-    for (int i = 0; i < k; ++i) rank += ids[i] < ids[j] || (ids[i] == ids[j] && i < j);
-    const ExpertPtrs& ex = table[ids[j]];
-    dw[rank] = static_cast<const uint8_t*>(ex.w[2]);
-    ds[rank] = ex.s[2];
-    wt[rank] = weights[j];
-    slot[rank] = j;
-  }
-  __syncthreads();
+  rank_experts(table, ids, weights, k, rk);  // (syncs the block: lut too)
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
   if (row0 >= hidden) return;
@@ -272,7 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t i = it - e * nch;
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          if (row0 + r < hidden) q[u][r] = C::load(dw[e], ds[e], row0 + r, inter, i);
+          if (row0 + r < hidden) q[u][r] = C::load(rk.w[e], rk.s[e], row0 + r, inter, i);
       }
     }
 #pragma unroll
@@ -282,10 +269,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int e = int(it / nch);
       const int64_t i = it - e * nch;
       float hv[C::kCols];
-      load_x<C::kCols>(h + int64_t(slot[e]) * inter, i, hv);
+      load_x<C::kCols>(h + int64_t(rk.slot[e]) * inter, i, hv);
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (row0 + r < hidden) acc[r] += wt[e] * C::dot(q[u][r], hv, lut);
+        if (row0 + r < hidden) acc[r] += rk.weight[e] * C::dot(q[u][r], hv, lut);
     }
   }
   const float t = warp_rows_sum<R>(acc);

@@ -4,6 +4,7 @@
 // fixed-order warp / block reductions.
 #pragma once
 
+#include "kernels/cuda/cuda.h"
 #include "kernels/cuda/rowdot.cuh"
 
 namespace moetier::cuda {
@@ -106,6 +107,31 @@ __device__ __forceinline__ float warp_rows_sum(float (&v)[R]) {
     if (lane == r) mine = s;
   }
   return mine;
+}
+
+// The k (<= 32) routed experts of a decode step in ascending id order (ties
+// by slot), for the down kernels' one dot product over all of them: rank e's
+// down matrix and scales, its routing weight and its slot (its row of h).
+struct RankedExperts {
+  const uint8_t* w[32];
+  const uint8_t* s[32];
+  float weight[32];
+  int slot[32];
+};
+// Threads j < k each rank slot j; the block syncs before anyone reads r.
+__device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
+                                             const float* weights, int k, RankedExperts& r) {
+  if (threadIdx.x < k) {
+    const int j = int(threadIdx.x);
+    int rank = 0;
+    for (int i = 0; i < k; ++i) rank += ids[i] < ids[j] || (ids[i] == ids[j] && i < j);
+    const ExpertPtrs& ex = table[ids[j]];
+    r.w[rank] = static_cast<const uint8_t*>(ex.w[2]);
+    r.s[rank] = ex.s[2];
+    r.weight[rank] = weights[j];
+    r.slot[rank] = j;
+  }
+  __syncthreads();
 }
 
 }  // namespace moetier::cuda
