@@ -110,7 +110,7 @@ step_ab30() {  # the decode kernels against the legacy ones, prefill at 256 and 
     --prompt-tokens 256 --gen 128 --runs 2
   bench_arm "moetier cuda all resident, 8K prefill" --prompt-tokens 8192 --gen 2 --runs 1
 }
-step_abbase30() {  # this tree's kernels against the base build's, interleaved
+step_abdec30() {  # all-resident decode, this tree and the base build, interleaved
   wait ${BASE_PID:-} 2>/dev/null
   for r in 1 2; do
     bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
@@ -118,6 +118,9 @@ step_abbase30() {  # this tree's kernels against the base build's, interleaved
       "moetier cuda all resident, base $(cat .carry/base-commit 2>/dev/null)" \
       --prompt-tokens 256 --gen 128 --runs 2
   done
+}
+step_abbase30() {  # step_abdec30, then 8K-context decode of both builds
+  step_abdec30
   bench_arm "moetier cuda all resident, 8K context" --prompt-tokens 8192 --gen 64 --runs 1
   [ -x $BB/src/tools/moetier ] && MB=$BB/src/tools/moetier bench_arm \
     "moetier cuda all resident, 8K context, base" --prompt-tokens 8192 --gen 64 --runs 1
@@ -141,7 +144,7 @@ step_ds4() {  # DeepSeek-V4-Flash-shaped experts (hidden 4096, 256 x 2048, top-6
   [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 --layers $n \
     --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
   Q30=$d JSON=$OUT/ds4.json bench_arm "moetier cuda all resident, DeepSeek-V4-Flash-shaped experts, $n layers" \
-    --prompt-tokens 64 --gen 128 --runs 2
+    --prompt-tokens 64 --gen ${DS4_GEN:-128} --runs ${DS4_RUNS:-2}
 }
 step_cpu30() {  # the CPU engine at real size beside llama.cpp's CPU path (16 threads, GPU hidden)
   BACKEND=cpu JSON=$OUT/cpu30.json ARM_TIMEOUT=150 bench_arm "moetier cpu all resident, 16 threads" \
@@ -208,6 +211,31 @@ step_ncu_detail() {  # ncu sections for the kernels matching $NCU_KERNELS (8-lay
     --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
     $M bench $q --backend cuda --prompt-tokens 16 --gen 48 --runs 1 --no-probe 2>&1 |
     grep -vE "^ *-+ *$|^ *$" | grep -E "moe_|attn_|gemv_|Duration|Throughput|Achieved Occupancy|Registers|Theoretical Occ|Stall|Warp Cycles|Block Limit|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Issued|Eligible|Active Warps" | head -${NCU_LINES:-150}
+}
+step_ncu_ops() {  # op-bench kernels under ncu (caches flushed): time, DRAM, issue, stalls; per $NCU_OPS filter
+  for f in ${NCU_OPS:-qwen3 deepseek}; do
+    CUDA_OPS_FILTER=$f timeout ${NCU_TIMEOUT:-200} /usr/local/cuda/bin/ncu \
+      --kernel-name "regex:${NCU_KERNELS:-moe_}" --launch-skip ${NCU_SKIP:-20} \
+      --launch-count ${NCU_COUNT:-4} ${NCU_FLAGS:---clock-control none} --section SpeedOfLight \
+      --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --page raw --csv ${NCU_BIN:-./$B/bench/cuda_ops_bench} \
+      >"$OUT/ncu_ops_$f.csv" 2>"$OUT/ncu_ops_$f.err"
+    echo "=== ncu ops: $f"; tail -2 "$OUT/ncu_ops_$f.err"
+    /usr/bin/python3 scripts/ncu_raw_summary.py "$OUT/ncu_ops_$f.csv"
+  done
+}
+step_ncu_src() {  # where the warps of the kernels matching $NCU_KERNELS stall, by SASS line; the SASS
+  local f=${NCU_OPS:-deepseek}
+  CUDA_OPS_FILTER=$f timeout ${NCU_TIMEOUT:-200} /usr/local/cuda/bin/ncu -f -o /tmp/ncu_src \
+    --kernel-name "regex:${NCU_KERNELS:-moe_}" --launch-skip ${NCU_SKIP:-20} \
+    --launch-count ${NCU_COUNT:-2} --clock-control none --section SourceCounters \
+    --section WarpStateStats ./$B/bench/cuda_ops_bench >/dev/null 2>"$OUT/ncu_src.err"
+  /usr/local/cuda/bin/ncu -i /tmp/ncu_src.ncu-rep --page source --csv --print-source sass \
+    >"$OUT/ncu_src.csv" 2>>"$OUT/ncu_src.err"
+  tail -2 "$OUT/ncu_src.err"
+  /usr/bin/python3 scripts/ncu_src_summary.py "$OUT/ncu_src.csv"
+  /usr/local/cuda/bin/cuobjdump -sass $(find $B -name 'decode_q8.cu.o' | head -1) >"$OUT/decode_q8.sass" 2>&1
+  grep -c "^ */\*[0-9a-f]*\*/" "$OUT/decode_q8.sass"
 }
 step_profile() {  # kernel time per decode step and per 256-token prefill (nsys)
   local nsys; nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)

@@ -64,6 +64,13 @@ void Backend::route_topk(const MatView& router, const float* x, int64_t n, int64
   softmax_topk(probs, n, router.rows, k, renormalize, probs, ids, weights);
 }
 
+void Backend::route_moe_resident(const MatView& router, int table, const float* x, int64_t k,
+                                 bool renormalize, float* probs, int32_t* ids, float* weights,
+                                 int64_t hidden, int64_t intermediate, float* out) {
+  route_topk(router, x, 1, k, renormalize, probs, ids, weights);
+  moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
+}
+
 void Backend::argmax(const float* x, int64_t n, int32_t* out) {
   check(n > 0, "argmax of no values");
   std::vector<float> h(static_cast<size_t>(n));

@@ -217,6 +217,13 @@ class Backend {
   virtual int register_experts(std::span<const ExpertView> views) { return -1; }
   virtual void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k,
                             const float* x, int64_t hidden, int64_t intermediate, float* out) {}
+  // One token's router and resident experts in one call: route_topk(router,
+  // x, 1, k, renormalize) into probs [e], ids [k] and weights [k], then
+  // moe_resident with them (the default). CUDA starts the experts' kernels
+  // while the router runs (kernels/cuda/decode_q8.cu, "early reads").
+  virtual void route_moe_resident(const MatView& router, int table, const float* x, int64_t k,
+                                  bool renormalize, float* probs, int32_t* ids, float* weights,
+                                  int64_t hidden, int64_t intermediate, float* out);
 
   // Decode graphs (optional; CUDA). graph_begin(pos, max_positions) starts
   // recording the ops of one decode step (one token at position pos: every

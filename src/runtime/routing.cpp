@@ -35,15 +35,16 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
   return r;
 }
 
-DeviceRouting route_softmax_topk_device(Backend& be, const MatView& router, const float* x,
-                                        int64_t n, int64_t k, bool norm_topk_prob, Workspace& ws) {
+void route_moe_resident_device(Backend& be, const MatView& router, int table, const float* x,
+                               int64_t k, bool norm_topk_prob, int64_t hidden, int64_t intermediate,
+                               float* out, Workspace& ws) {
   const int64_t ne = router.rows;
   check(k >= 1 && k <= ne, "router: top-k {} outside [1, {}] experts", k, ne);
-  float* probs = ws.get(kRouterSlot, n * ne);         // [n, E]
-  int32_t* ids = ws.get_i32(kRouterSlot + 1, n * k);  // [n, k]
-  float* w = ws.get(kRouterSlot + 2, n * k);          // [n, k]
-  be.route_topk(router, x, n, k, norm_topk_prob, probs, ids, w);
-  return {ids, w};
+  float* probs = ws.get(kRouterSlot, ne);         // [E]
+  int32_t* ids = ws.get_i32(kRouterSlot + 1, k);  // [k]
+  float* w = ws.get(kRouterSlot + 2, k);          // [k]
+  be.route_moe_resident(router, table, x, k, norm_topk_prob, probs, ids, w, hidden, intermediate,
+                        out);
 }
 
 Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob) {

@@ -36,14 +36,12 @@ class Workspace;
 constexpr size_t kRouterSlot = 16;
 Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, int64_t n, int64_t k,
                            bool norm_topk_prob, Workspace& ws);
-// The same without the host copy: ids [n, k] and weights [n, k] stay in
-// device memory (ws slots kRouterSlot + 1, + 2).
-struct DeviceRouting {
-  const int32_t* ids = nullptr;
-  const float* weights = nullptr;
-};
-DeviceRouting route_softmax_topk_device(Backend& be, const MatView& router, const float* x,
-                                        int64_t n, int64_t k, bool norm_topk_prob, Workspace& ws);
+// One token's routing and its resident experts on the device (no host copy):
+// Backend::route_moe_resident with probs / ids / weights in ws slots
+// kRouterSlot.. kRouterSlot + 2; out [hidden] = the MoE block's output.
+void route_moe_resident_device(Backend& be, const MatView& router, int table, const float* x,
+                               int64_t k, bool norm_topk_prob, int64_t hidden, int64_t intermediate,
+                               float* out, Workspace& ws);
 // The same on the CPU backend with host x (tests, tools).
 Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob);
 

@@ -497,6 +497,67 @@ TEST(CudaOps, ExpertBatchAndResidentExpertsMatchCpu) {
     }
 }
 
+// Sets the CUDA backend's MoE activations (MOETIER_CUDA_ACT, read when a
+// backend is made) and the CPU's MXFP4 activations to one mode; restores both.
+class ActMode {
+ public:
+  explicit ActMode(const char* mode) : before_(cpu::mxfp4_activations()) {
+    const char* env = std::getenv("MOETIER_CUDA_ACT");
+    had_ = env != nullptr;
+    env_ = env ? env : "";
+    setenv("MOETIER_CUDA_ACT", mode, 1);
+    cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
+  }
+  ~ActMode() {
+    if (had_)
+      setenv("MOETIER_CUDA_ACT", env_.c_str(), 1);
+    else
+      unsetenv("MOETIER_CUDA_ACT");
+    cpu::set_mxfp4_activations(before_);
+  }
+
+ private:
+  cpu::Activations before_;
+  bool had_ = false;
+  std::string env_;
+};
+
+// Random experts of one encoding, on the host and uploaded.
+struct ExpertSet {
+  std::vector<std::unique_ptr<HostMatrix>> mats;
+  std::vector<ExpertView> host, dev;
+  ExpertSet(Fixture& f, WeightEncoding enc, int64_t n, int64_t H, int64_t I, std::mt19937& rng) {
+    for (int64_t e = 0; e < n; ++e) {
+      for (auto [r, cols] : {std::pair<int64_t, int64_t>{I, H}, {I, H}, {H, I}})
+        mats.push_back(std::make_unique<HostMatrix>(enc, r, cols, rng));
+      const size_t b = mats.size() - 3;
+      host.push_back({mats[b]->view, mats[b + 1]->view, mats[b + 2]->view});
+      dev.push_back({f.gpu->weights(host.back().gate, f.store),
+                     f.gpu->weights(host.back().up, f.store),
+                     f.gpu->weights(host.back().down, f.store)});
+    }
+  }
+  // The CPU's output for one token routed to ids (router order) with w:
+  // the experts in ascending id order.
+  std::vector<float> cpu_out(Fixture& f, const std::vector<int32_t>& ids,
+                             const std::vector<float>& w, const std::vector<float>& x, int64_t H,
+                             int64_t I) const {
+    std::vector<size_t> order(ids.size());
+    for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+    std::vector<ExpertView> hs;
+    std::vector<int64_t> offs{0}, toks;
+    std::vector<float> ws;
+    for (size_t j : order) {
+      hs.push_back(host[size_t(ids[j])]);
+      toks.push_back(0), ws.push_back(w[j]), offs.push_back(int64_t(toks.size()));
+    }
+    std::vector<float> ref(size_t(H), 0.0f);
+    f.cpu->expert_batch({hs, offs, toks, ws, x.data(), 1, H, I, ref.data()});
+    return ref;
+  }
+};
+
 // The resident MoE step at real widths (Qwen3-30B-A3B: 8 of 12 experts of
 // 768 x 2048; DeepSeek-V4-Flash-like: 6 of 8 of 2048 x 4096 in MXFP4), ids
 // in router order, against the CPU: with f32 activations on both, and with
@@ -508,51 +569,25 @@ TEST(CudaOps, ResidentExpertsAtRealWidthsMatchCpu) {
     WeightEncoding enc;
     int64_t experts, k, H, I;
   };
-  const cpu::Activations before = cpu::mxfp4_activations();
-  const char* env = std::getenv("MOETIER_CUDA_ACT");
-  const std::string env_before = env ? env : "";
   for (const char* mode : {"f32", "q8"}) {
-    setenv("MOETIER_CUDA_ACT", mode, 1);
-    cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
+    ActMode act(mode);
     Fixture f;  // its CUDA backend reads MOETIER_CUDA_ACT
     std::mt19937 rng(17);
     for (const Case& c : {Case{WeightEncoding::MXFP4, 12, 8, 2048, 768},
                           Case{WeightEncoding::BF16, 12, 8, 2048, 768},
                           Case{WeightEncoding::MXFP4, 8, 6, 4096, 2048},
                           Case{WeightEncoding::MXFP4, 5, 3, 96, 64}}) {
-      std::vector<std::unique_ptr<HostMatrix>> mats;
-      std::vector<ExpertView> host, dev;
-      for (int64_t e = 0; e < c.experts; ++e) {
-        for (auto [r, cols] : {std::pair<int64_t, int64_t>{c.I, c.H}, {c.I, c.H}, {c.H, c.I}})
-          mats.push_back(std::make_unique<HostMatrix>(c.enc, r, cols, rng));
-        const size_t b = mats.size() - 3;
-        host.push_back({mats[b]->view, mats[b + 1]->view, mats[b + 2]->view});
-        dev.push_back({f.gpu->weights(host.back().gate, f.store),
-                       f.gpu->weights(host.back().up, f.store),
-                       f.gpu->weights(host.back().down, f.store)});
-      }
+      const ExpertSet ex(f, c.enc, c.experts, c.H, c.I, rng);
       std::vector<int32_t> ids(size_t(c.experts));
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
       std::shuffle(ids.begin(), ids.end(), rng);
       ids.resize(size_t(c.k));
       std::vector<float> w;
       for (int64_t j = 0; j < c.k; ++j) w.push_back(0.05f + 0.03f * float(j));
-      // The CPU reference: one token, experts in ascending id order.
-      std::vector<size_t> order(ids.size());
-      for (size_t j = 0; j < order.size(); ++j) order[j] = j;
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
-      std::vector<ExpertView> hs;
-      std::vector<int64_t> offs{0}, toks;
-      std::vector<float> ws;
-      for (size_t j : order) {
-        hs.push_back(host[size_t(ids[j])]);
-        toks.push_back(0), ws.push_back(w[j]), offs.push_back(int64_t(toks.size()));
-      }
       auto x = randn(size_t(c.H), rng);
-      std::vector<float> ref(size_t(c.H), 0.0f);
-      f.cpu->expert_batch({hs, offs, toks, ws, x.data(), 1, c.H, c.I, ref.data()});
+      const std::vector<float> ref = ex.cpu_out(f, ids, w, x, c.H, c.I);
       std::vector<DeviceBuffer> keep;
-      const int table = f.gpu->register_experts(dev);
+      const int table = f.gpu->register_experts(ex.dev);
       keep.push_back(f.gpu->alloc(ids.size() * 4));
       f.gpu->to_device(keep.back().data(), ids.data(), ids.size() * 4);
       const auto* dids = keep.back().as<int32_t>();
@@ -564,11 +599,50 @@ TEST(CudaOps, ResidentExpertsAtRealWidthsMatchCpu) {
           << mode << " " << int(c.enc) << " " << c.H;
     }
   }
-  if (env)
-    setenv("MOETIER_CUDA_ACT", env_before.c_str(), 1);
-  else
-    unsetenv("MOETIER_CUDA_ACT");
-  cpu::set_mxfp4_activations(before);
+}
+
+// route_moe_resident (the router, then the q8 kernels that read its ids
+// before they wait) against the CPU's router and experts: shapes with fewer
+// chunks per expert than a warp has lanes (96 x 64: 2; 768: 24) and more
+// (2048: 64), three calls per shape on one backend (the counters reset).
+TEST(CudaOps, RoutedResidentExpertsMatchCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t experts, k, H, I;
+  };
+  for (const char* mode : {"q8", "f32"}) {
+    ActMode act(mode);
+    Fixture f;
+    std::mt19937 rng(29);
+    for (const Case& c : {Case{16, 8, 2048, 768}, Case{5, 3, 96, 64}, Case{10, 6, 4096, 2048},
+                          Case{40, 32, 160, 96}}) {
+      const ExpertSet ex(f, WeightEncoding::MXFP4, c.experts, c.H, c.I, rng);
+      HostMatrix router(WeightEncoding::BF16, c.experts, c.H, rng);
+      const MatView dr = f.gpu->weights(router.view, f.store);
+      const int table = f.gpu->register_experts(ex.dev);
+      std::vector<DeviceBuffer> keep;
+      float* dp = f.zeros(size_t(c.experts), keep);
+      float* dw = f.zeros(size_t(c.k), keep);
+      keep.push_back(f.gpu->alloc(size_t(c.k) * 4));
+      auto* dids = keep.back().as<int32_t>();
+      float* out = f.zeros(size_t(c.H), keep);
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto x = randn(size_t(c.H), rng, 1.0f);
+        std::vector<float> p(size_t(c.experts)), w(size_t(c.k));
+        std::vector<int32_t> ids(size_t(c.k));
+        f.cpu->route_topk(router.view, x.data(), 1, c.k, true, p.data(), ids.data(), w.data());
+        const std::vector<float> ref = ex.cpu_out(f, ids, w, x, c.H, c.I);
+        float* dx = f.up(x, keep);
+        f.gpu->route_moe_resident(dr, table, dx, c.k, true, dp, dids, dw, c.H, c.I, out);
+        std::vector<int32_t> gids(ids.size());
+        f.gpu->to_host(gids.data(), dids, gids.size() * 4);
+        const std::string what = std::string(mode) + " " + std::to_string(c.H) + " x " +
+                                 std::to_string(c.I) + " rep " + std::to_string(rep);
+        EXPECT_EQ(gids, ids) << what;
+        EXPECT_LE(rel_err(f.down(out, size_t(c.H)), ref), 1e-5) << what;
+      }
+    }
+  }
 }
 
 TEST(CudaOps, BadRequestsAreErrors) {

@@ -123,6 +123,9 @@ class CudaBackend final : public Backend {
   int register_experts(std::span<const ExpertView> views) override;
   void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k, const float* x,
                     int64_t hidden, int64_t intermediate, float* out) override;
+  void route_moe_resident(const MatView& router, int table, const float* x, int64_t k,
+                          bool renormalize, float* probs, int32_t* ids, float* weights,
+                          int64_t hidden, int64_t intermediate, float* out) override;
 
  private:
   // First member: destroyed last, after every buffer the backend owns is freed.
@@ -166,6 +169,10 @@ class CudaBackend final : public Backend {
   };
   std::vector<Table> tables_;
   Scratch prep_, q8_;
+  const Table& table_at(int table, int64_t k) const;
+  // The q8 kernels for one token (false: they do not apply, nothing launched).
+  bool moe_q8(const Table& t, const int32_t* ids, const float* weights, int64_t k, const float* x,
+              int64_t hidden, int64_t intermediate, float* out, bool early);
   // Block counters and partials of the one-launch kernels (each 0 between
   // launches: the last block of a launch resets what it counted).
   struct Sync {

@@ -168,18 +168,29 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
   return int(tables_.size() - 1);
 }
 
-void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weights, int64_t k,
-                               const float* x, int64_t hidden, int64_t intermediate, float* out) {
+const CudaBackend::Table& CudaBackend::table_at(int table, int64_t k) const {
   check(table >= 0 && size_t(table) < tables_.size() && k >= 1 && k <= 32,
         "cuda: resident experts table {} (of {}), top-{}", table, tables_.size(), k);
-  const Table& t = tables_[size_t(table)];
-  if (!legacy_decode_ && act_q8_) {
-    void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, intermediate));
-    if (cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
-                            hidden, intermediate, sq, out,
-                            int(t.ptrs.bytes() / sizeof(cuda::ExpertPtrs)), stream_))
-      return after("resident experts (q8)");
-  }
+  return tables_[size_t(table)];
+}
+
+bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weights, int64_t k,
+                         const float* x, int64_t hidden, int64_t intermediate, float* out,
+                         bool early) {
+  if (legacy_decode_ || !act_q8_ ||
+      !cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate))
+    return false;
+  void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
+  cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x, hidden,
+                      intermediate, sq, out, early, stream_);
+  after("resident experts (q8)");
+  return true;
+}
+
+void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weights, int64_t k,
+                               const float* x, int64_t hidden, int64_t intermediate, float* out) {
+  const Table& t = table_at(table, k);
+  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, false)) return;
   float* h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));
   if (!legacy_decode_ && cuda::moe_decode(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights,
                                           int(k), x, hidden, intermediate, h, out, stream_))
@@ -197,6 +208,18 @@ void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weigh
   l.out = out;
   l.vec_ok = t.vec;
   cuda::experts(l, stream_), after("resident experts");
+}
+
+// The router's last kernel writes ids and weights right before the q8
+// kernels, and x was written before the router: the q8 kernels' early reads
+// (decode_q8.cu) hold, whichever router path runs.
+void CudaBackend::route_moe_resident(const MatView& router, int table, const float* x, int64_t k,
+                                     bool renormalize, float* probs, int32_t* ids, float* weights,
+                                     int64_t hidden, int64_t intermediate, float* out) {
+  const Table& t = table_at(table, k);
+  route_topk(router, x, 1, k, renormalize, probs, ids, weights);
+  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, true)) return;
+  moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
 }
 
 }  // namespace moetier

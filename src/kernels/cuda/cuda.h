@@ -168,13 +168,16 @@ bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int
 
 // The resident MoE step with int8 activations (kernels/cuda/decode_q8.cu;
 // MXFP4 experts, hidden and inter multiples of 32): same contract as
-// moe_decode, scratch of moe_q8_scratch_bytes(k, inter) device bytes for h in
-// q8 form; table_len: the table's entries (asked of L2 before the kernels
-// wait for the router). false (nothing launched) where it does not apply.
-size_t moe_q8_scratch_bytes(int64_t k, int64_t inter);
+// moe_decode, scratch of moe_q8_scratch_bytes(k, hidden, inter) device bytes
+// for x and h in q8 form. early: the launch right before is the router that
+// wrote ids and weights, and x was written before the router
+// (route_moe_resident: the kernels then read them before their grid_wait).
+// false (nothing launched) where it does not apply (moe_q8_applies).
+size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter);
+bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t inter);
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                   void* scratch, float* out, int table_len, cudaStream_t s);
+                   void* scratch, float* out, bool early, cudaStream_t s);
 
 // Fused steps (kernels/cuda/fused.cu; Backend's fused ops). add_rmsnorm: x
 // [n, dim] += y, xn = rmsnorm(x). gemv_multi: y[m] [rows[m]] = w[m] x for up to

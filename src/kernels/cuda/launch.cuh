@@ -7,7 +7,13 @@
 //  - every thread calls grid_wait() before it reads anything an earlier kernel
 //    wrote and before its first global write (griddepcontrol.wait returns once
 //    the previous kernel has completed and its writes are visible). Only
-//    weights, which no kernel writes, may be read before it;
+//    weights, which no kernel writes, may be read before it. One exception,
+//    for launchers that know their sequence (route_moe_resident in
+//    decode_q8.cu): what a kernel two or more launches back wrote may be read
+//    before the wait,
+//    through L2 (ld.global.cg), and scratch that only later kernels of the
+//    sequence read may be written: that kernel has completed, because the one
+//    in between calls grid_launch_dependents only after its own grid_wait;
 //  - every thread calls grid_wait() unconditionally, before any early return:
 //    a grid that could complete without waiting would let the kernel after it
 //    run before the one before it has finished (the chain is transitive only

@@ -35,9 +35,9 @@ std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64
   const int64_t n = int64_t(tokens.size()), h = c.hidden_size;
   kv.set_size(start_pos);  // positions past start_pos are being rewritten
 
-  float* x = ws.get(kX, n * h);    // [n, hidden] residual stream
-  float* xn = ws.get(kXn, n * h);  // [n, hidden] normalized
-  float* y = ws.get(kY, n * h);    // [n, hidden] block output
+  float* x = ws.get(kX, n * h);        // [n, hidden] residual stream
+  float* xn = ws.get(kXn, n * h);      // [n, hidden] normalized
+  float* y = ws.get(kY, n * h);        // [n, hidden] block output
   float* xa = ws.get(kAttnXn, n * h);  // [n, hidden] normalized attention input
   be.embed(embed_, tokens, x);
   const float eps = float(c.rms_norm_eps);
@@ -93,11 +93,9 @@ void Qwen3MoeModel::moe(int64_t layer, const float* xn, std::span<const int32_t>
   const Phase phase = n > 1 ? Phase::Prefill : Phase::Decode;
   const int table = experts.device_table(layer);
   if (n == 1 && table >= 0 && !(opt.observer && *opt.observer)) {  // resident decode, no host
-    const DeviceRouting d =
-        route_softmax_topk_device(*be_, layers_[size_t(layer)].router, xn, n,
-                                  cfg_.num_experts_per_tok, cfg_.norm_topk_prob, ws);
-    be_->moe_resident(table, d.ids, d.weights, cfg_.num_experts_per_tok, xn, cfg_.hidden_size,
-                      cfg_.moe_intermediate_size, out);
+    route_moe_resident_device(*be_, layers_[size_t(layer)].router, table, xn,
+                              cfg_.num_experts_per_tok, cfg_.norm_topk_prob, cfg_.hidden_size,
+                              cfg_.moe_intermediate_size, out, ws);
     return;
   }
   const Routing r = route_softmax_topk(*be_, layers_[size_t(layer)].router, xn, n,
