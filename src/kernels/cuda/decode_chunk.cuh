@@ -119,16 +119,22 @@ struct RankedExperts {
   int slot[32];
 };
 // Threads j < k each rank slot j; the block syncs before anyone reads r.
+// ids and weights are read through L2 (ld.global.cg): the q8 down kernel
+// ranks before its grid_wait (decode_q8.cu, early reads).
 __device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
                                              const float* weights, int k, RankedExperts& r) {
   if (threadIdx.x < k) {
     const int j = int(threadIdx.x);
+    const int my = __ldcg(ids + j);
     int rank = 0;
-    for (int i = 0; i < k; ++i) rank += ids[i] < ids[j] || (ids[i] == ids[j] && i < j);
-    const ExpertPtrs& ex = table[ids[j]];
+    for (int i = 0; i < k; ++i) {
+      const int o = __ldcg(ids + i);
+      rank += o < my || (o == my && i < j);
+    }
+    const ExpertPtrs& ex = table[my];
     r.w[rank] = static_cast<const uint8_t*>(ex.w[2]);
     r.s[rank] = ex.s[2];
-    r.weight[rank] = weights[j];
+    r.weight[rank] = __ldcg(weights + j);
     r.slot[rank] = j;
   }
   __syncthreads();

@@ -264,39 +264,15 @@ __global__ void __launch_bounds__(kGateWarps * 32, 3)
   }
 }
 
-// The k (<= 32) experts in ascending id order (ties by slot): down matrix,
-// scales and slot (its row of h), for the down kernel's one dot product.
-struct RankedDown {
-  const uint4* w[32];
-  const uint8_t* s[32];
-  int slot[32];
-};
-__device__ __forceinline__ void rank_down(const ExpertPtrs* table, const int32_t* ids, int k,
-                                          RankedDown& r) {
-  if (threadIdx.x < k) {
-    const int j = int(threadIdx.x);
-    const int my = __ldcg(ids + j);
-    int rank = 0;
-    for (int i = 0; i < k; ++i) {
-      const int o = __ldcg(ids + i);
-      rank += o < my || (o == my && i < j);
-    }
-    const ExpertPtrs& ex = table[my];
-    r.w[rank] = static_cast<const uint4*>(ex.w[2]);
-    r.s[rank] = ex.s[2];
-    r.slot[rank] = j;
-  }
-  __syncthreads();
-}
-
 // out[row] = sum over the k experts in ascending id order of (down_e h[e])[row],
 // h as q8 blocks whose scales carry the routing weights (hq, hd [k, nch]).
 // Lane items it = lane + 32 u: expert it / nch, chunk it % nch (stepped, not divided).
 __global__ void __launch_bounds__(kDownWarps * 32)
-    moe_down_q8_kernel(const ExpertPtrs* table, const int32_t* ids, int k, const Q8x* hq,
-                       const float* hd, int64_t hidden, int64_t inter, float* out, int early) {
+    moe_down_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
+                       const Q8x* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
+                       int early) {
   constexpr int R = kDownRows, U = kDownItems;
-  __shared__ RankedDown rk;
+  __shared__ RankedExperts rk;  // its weights are unused: h carries them
   const int lane = int(threadIdx.x & 31);
   const int64_t row0 = (int64_t(blockIdx.x) * kDownWarps + threadIdx.x / 32) * R;
   const int nch = int(inter / 32), items = k * nch;
@@ -313,17 +289,18 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int64_t row = row0 + r < hidden ? row0 + r : row0;
-          q[u][r] = __ldg(rk.w[e] + row * nch + i), s[u][r] = __ldg(rk.s[e] + row * nch + i);
+          q[u][r] = __ldg(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
+          s[u][r] = __ldg(rk.s[e] + row * nch + i);
         }
       i += step_i, e += step_e;
       if (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_down(table, ids, k, rk);  // ids: three launches back
+  if (early) rank_experts(table, ids, weights, k, rk);  // ids: three launches back
   if (early && row0 < hidden) load(0);
   grid_wait();  // h comes from the kernel before
   grid_launch_dependents();
-  if (!early) rank_down(table, ids, k, rk);
+  if (!early) rank_experts(table, ids, weights, k, rk);
   if (row0 >= hidden) return;
   if (!early) load(0);
   float acc[R];
@@ -379,7 +356,7 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
          s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e);
   constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
   launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
-         kDownWarps * 32, 0, s, table, ids, k, hq, hd, hidden, inter, out, e);
+         kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, e);
   return true;
 }
 

@@ -45,13 +45,6 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #endif
 }
 
-// Asks L2 for [p, p + bytes) (the block's threads a 128-byte line each): what
-// a kernel will read right after grid_wait, such as an expert table.
-__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
-  for (int64_t o = int64_t(threadIdx.x) * 128; o < bytes; o += int64_t(blockDim.x) * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + o));
-}
-
 #ifndef MOETIER_CUDA_MIN_ARCH
 #define MOETIER_CUDA_MIN_ARCH 0
 #endif
