@@ -602,46 +602,114 @@ TEST(CudaOps, ResidentExpertsAtRealWidthsMatchCpu) {
 }
 
 // route_moe_resident (the router, then the q8 kernels that read its ids
-// before they wait) against the CPU's router and experts: shapes with fewer
-// chunks per expert than a warp has lanes (96 x 64: 2; 768: 24) and more
-// (2048: 64), three calls per shape on one backend (the counters reset).
+// before they wait) against the CPU's router and experts. Shapes: fewer chunks
+// per expert row than a warp has lanes (96 x 64: 2; 768: 24), as many (1024:
+// 32) and more (2048: 64); 90 chunks per x row (2880: not a multiple of 32);
+// k from 3 to 32. A CB3 router takes the unfused path (matmul, then
+// softmax_topk). Each rep runs two calls back to back with no host sync, x
+// written by a kernel (add) right before each, so the early reads follow
+// kernels that wrote what they read and the second call's x quantization
+// follows the first call's readers of that scratch.
 TEST(CudaOps, RoutedResidentExpertsMatchCpu) {
   REQUIRE_GPU();
   struct Case {
     int64_t experts, k, H, I;
+    WeightEncoding router = WeightEncoding::BF16;
   };
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
     Fixture f;
     std::mt19937 rng(29);
     for (const Case& c : {Case{16, 8, 2048, 768}, Case{5, 3, 96, 64}, Case{10, 6, 4096, 2048},
-                          Case{40, 32, 160, 96}}) {
+                          Case{40, 32, 160, 96}, Case{8, 4, 2880, 1024},
+                          Case{6, 3, 256, 96, WeightEncoding::CB3}}) {
       const ExpertSet ex(f, WeightEncoding::MXFP4, c.experts, c.H, c.I, rng);
-      HostMatrix router(WeightEncoding::BF16, c.experts, c.H, rng);
+      HostMatrix router(c.router, c.experts, c.H, rng);
       const MatView dr = f.gpu->weights(router.view, f.store);
       const int table = f.gpu->register_experts(ex.dev);
-      std::vector<DeviceBuffer> keep;
-      float* dp = f.zeros(size_t(c.experts), keep);
-      float* dw = f.zeros(size_t(c.k), keep);
-      keep.push_back(f.gpu->alloc(size_t(c.k) * 4));
-      auto* dids = keep.back().as<int32_t>();
-      float* out = f.zeros(size_t(c.H), keep);
-      for (int rep = 0; rep < 3; ++rep) {
-        const auto x = randn(size_t(c.H), rng, 1.0f);
-        std::vector<float> p(size_t(c.experts)), w(size_t(c.k));
-        std::vector<int32_t> ids(size_t(c.k));
-        f.cpu->route_topk(router.view, x.data(), 1, c.k, true, p.data(), ids.data(), w.data());
-        const std::vector<float> ref = ex.cpu_out(f, ids, w, x, c.H, c.I);
-        float* dx = f.up(x, keep);
-        f.gpu->route_moe_resident(dr, table, dx, c.k, true, dp, dids, dw, c.H, c.I, out);
-        std::vector<int32_t> gids(ids.size());
-        f.gpu->to_host(gids.data(), dids, gids.size() * 4);
-        const std::string what = std::string(mode) + " " + std::to_string(c.H) + " x " +
-                                 std::to_string(c.I) + " rep " + std::to_string(rep);
-        EXPECT_EQ(gids, ids) << what;
-        EXPECT_LE(rel_err(f.down(out, size_t(c.H)), ref), 1e-5) << what;
+      for (int rep = 0; rep < 2; ++rep) {
+        std::vector<DeviceBuffer> keep;
+        struct Call {
+          std::vector<float> x, ref;
+          std::vector<int32_t> ids;
+          float *dp, *dw, *dx, *out;
+          int32_t* dids;
+        };
+        Call calls[2];
+        for (Call& k : calls) {  // the CPU's router and experts
+          k.x = randn(size_t(c.H), rng, 1.0f);
+          std::vector<float> p(size_t(c.experts)), w(size_t(c.k));
+          k.ids.resize(size_t(c.k));
+          f.cpu->route_topk(router.view, k.x.data(), 1, c.k, true, p.data(), k.ids.data(),
+                            w.data());
+          k.ref = ex.cpu_out(f, k.ids, w, k.x, c.H, c.I);
+          k.dp = f.zeros(size_t(c.experts), keep);
+          k.dw = f.zeros(size_t(c.k), keep);
+          keep.push_back(f.gpu->alloc(size_t(c.k) * 4));
+          k.dids = keep.back().as<int32_t>();
+          k.out = f.zeros(size_t(c.H), keep);
+          k.dx = f.zeros(size_t(c.H), keep);
+        }
+        std::vector<float*> raw;
+        for (Call& k : calls) raw.push_back(f.up(k.x, keep));
+        f.gpu->synchronize();
+        for (int i = 0; i < 2; ++i) {  // back to back on the backend's stream
+          Call& k = calls[i];
+          f.gpu->add(k.dx, raw[size_t(i)], c.H);  // x = 0 + x, by a kernel
+          f.gpu->route_moe_resident(dr, table, k.dx, c.k, true, k.dp, k.dids, k.dw, c.H, c.I,
+                                    k.out);
+        }
+        for (int i = 0; i < 2; ++i) {
+          const Call& k = calls[i];
+          std::vector<int32_t> gids(k.ids.size());
+          f.gpu->to_host(gids.data(), k.dids, gids.size() * 4);
+          const std::string what = std::string(mode) + " " + std::to_string(c.H) + " x " +
+                                   std::to_string(c.I) + " router " +
+                                   std::to_string(int(c.router)) + " rep " + std::to_string(rep) +
+                                   " call " + std::to_string(i);
+          EXPECT_EQ(gids, k.ids) << what;
+          EXPECT_LE(rel_err(f.down(k.out, size_t(c.H)), k.ref), 1e-5) << what;
+        }
       }
     }
+  }
+}
+
+// Gate and up scales at the bottom of e8m0 (0, 1, 2: subnormal and smallest
+// normal weights) against activations of 2^100, fixed ids: the q8 kernels'
+// branchless scale decode against the CPU's, both modes.
+TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
+  REQUIRE_GPU();
+  const int64_t H = 96, I = 64, E = 5, k = 3;
+  for (const char* mode : {"q8", "f32"}) {
+    ActMode act(mode);
+    Fixture f;
+    std::mt19937 rng(31);
+    ExpertSet ex(f, WeightEncoding::MXFP4, E, H, I, rng);
+    std::uniform_int_distribution<int> tiny(0, 2);
+    for (size_t m = 0; m < ex.mats.size(); ++m) {
+      if (m % 3 == 2) continue;  // down keeps its scales
+      for (auto& sc : ex.mats[m]->scales) sc = uint8_t(tiny(rng));
+    }
+    for (size_t e = 0; e < size_t(E); ++e)  // upload the changed scales
+      ex.dev[e] = {f.gpu->weights(ex.host[e].gate, f.store), f.gpu->weights(ex.host[e].up, f.store),
+                   f.gpu->weights(ex.host[e].down, f.store)};
+    const std::vector<int32_t> ids{3, 0, 4};
+    const std::vector<float> w{0.5f, 0.3f, 0.2f};
+    auto x = randn(size_t(H), rng);
+    for (auto& v : x) v = std::ldexp(v, 100);
+    const std::vector<float> ref = ex.cpu_out(f, ids, w, x, H, I);
+    std::vector<DeviceBuffer> keep;
+    const int table = f.gpu->register_experts(ex.dev);
+    keep.push_back(f.gpu->alloc(ids.size() * 4));
+    f.gpu->to_device(keep.back().data(), ids.data(), ids.size() * 4);
+    float* out = f.zeros(size_t(H), keep);
+    f.gpu->moe_resident(table, keep[0].as<int32_t>(), f.up(w, keep), k, f.up(x, keep), H, I, out);
+    const std::vector<float> got = f.down(out, size_t(H));
+    double norm = 0;
+    for (float v : ref) norm += double(v) * v;
+    EXPECT_GT(norm, 0.0) << mode;  // the tiny scales reach the output
+    EXPECT_LE(rel_err(got, ref), 1e-5) << mode;
   }
 }
 

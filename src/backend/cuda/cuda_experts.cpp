@@ -181,8 +181,11 @@ bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weight
       !cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate))
     return false;
   void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
-  cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x, hidden,
-                      intermediate, sq, out, early, stream_);
+  if (!cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
+                           hidden, intermediate, sq, out, early, stream_)) {
+    (void)cudaGetLastError();  // a refused shared-memory attribute: the f32 path instead
+    return false;
+  }
   after("resident experts (q8)");
   return true;
 }

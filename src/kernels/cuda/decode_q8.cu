@@ -156,9 +156,10 @@ __device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, in
 }
 
 // Half the e8m0 scale (the codes hold 2 e2m1), without branches: 2^(e - 128),
-// (e - 1) << 23 for e in [1, 254], the subnormal 2^-128 for 0, NaN for 0xff.
+// (e - 1) << 23 for e in [2, 254], the subnormals 2^-128 and 2^-127 for 0 and
+// 1, NaN for 0xff (kernels/cpu/q8.h's e8m0_half).
 __device__ __forceinline__ float e8m0_half(uint32_t e) {
-  const uint32_t b = e == 0 ? 0x00200000u : (e - 1) << 23;
+  const uint32_t b = e <= 1 ? 0x00200000u << e : (e - 1) << 23;
   return __uint_as_float(e == 0xffu ? 0x7fc00000u : b);
 }
 
@@ -186,10 +187,11 @@ __global__ void __launch_bounds__(kQuantThreads)
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
 // scales times the slot's routing weight. Pass p: chunk lane + 32 p of the
 // warp's 8 rows, copied to shared memory slot p & 1 (cp.async, each lane its
-// own 16-byte chunks) while pass p - 1 is computed; the slot of pass p is
-// refilled with pass p + 2 only after every product of pass p has issued
-// (in-order issue: its shared loads have returned). Dynamic shared memory:
-// kGateSmem.
+// own 16-byte chunks) while pass p - 1 is computed. The slot of pass p is
+// refilled with pass p + 2 after the lane's shared loads of pass p (the only
+// reads of it) are issued, which the asm's memory clobber keeps in program
+// order; the copy writes the slot only after its global read returns.
+// Dynamic shared memory: kGateSmem.
 constexpr int kGateR2 = 2 * kGateRows;
 constexpr size_t kGateSmem = size_t(2) * kGateWarps * kGateR2 * 32 * sizeof(uint4);
 __global__ void __launch_bounds__(kGateWarps * 32, 3)

@@ -13,7 +13,10 @@
 //    before the wait,
 //    through L2 (ld.global.cg), and scratch that only later kernels of the
 //    sequence read may be written: that kernel has completed, because the one
-//    in between calls grid_launch_dependents only after its own grid_wait;
+//    in between calls grid_launch_dependents only after its own grid_wait.
+//    This holds while no kernel triggers before its wait and the kernel in
+//    between writes nothing the early reads read (the router writes only its
+//    probs, ids and weights; x is the router's input);
 //  - every thread calls grid_wait() unconditionally, before any early return:
 //    a grid that could complete without waiting would let the kernel after it
 //    run before the one before it has finished (the chain is transitive only
