@@ -6,7 +6,11 @@
 # llama.cpp (CUDA, from .carry/llama-src.tar.xz) in the background, convert the
 # checkpoint to GGUF and run llama-bench all on the GPU and with experts in
 # host RAM. Logs and JSON go to $OUT.
-# Usage: scripts/device_cuda.sh [build|test|bench|llama_build|q30|bench30|llama30|all]...
+# Usage: scripts/device_cuda.sh STEP...  (each STEP a step_NAME below), e.g.
+#   build test                                       the cuda tests
+#   llama_build build test q30 bench30 llama30 ds4   the side by side (docs/cuda.md)
+#   build base_build test ops q30 abdec30            this tree against .carry/base-src.tar.xz
+#   build ops ncu_ops ncu_src                        op times, ncu stalls per kernel and SASS line
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
