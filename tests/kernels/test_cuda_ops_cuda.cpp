@@ -438,6 +438,47 @@ TEST(CudaOps, FusedRouterMatchesCpu) {
   }
 }
 
+// Random experts of one encoding, on the host and uploaded.
+struct ExpertSet {
+  std::vector<std::unique_ptr<HostMatrix>> mats;
+  std::vector<ExpertView> host, dev;
+  ExpertSet(Fixture& f, WeightEncoding enc, int64_t n, int64_t H, int64_t I, std::mt19937& rng) {
+    for (int64_t e = 0; e < n; ++e) {
+      for (auto [r, cols] : {std::pair<int64_t, int64_t>{I, H}, {I, H}, {H, I}})
+        mats.push_back(std::make_unique<HostMatrix>(enc, r, cols, rng));
+      const size_t b = mats.size() - 3;
+      host.push_back({mats[b]->view, mats[b + 1]->view, mats[b + 2]->view});
+    }
+    upload(f);
+  }
+  // dev = the host experts on the GPU (again after the host bytes change).
+  void upload(Fixture& f) {
+    dev.clear();
+    for (const ExpertView& h : host)
+      dev.push_back({f.gpu->weights(h.gate, f.store), f.gpu->weights(h.up, f.store),
+                     f.gpu->weights(h.down, f.store)});
+  }
+  // The CPU's output for one token routed to ids (router order) with w:
+  // the experts in ascending id order.
+  std::vector<float> cpu_out(Fixture& f, const std::vector<int32_t>& ids,
+                             const std::vector<float>& w, const std::vector<float>& x, int64_t H,
+                             int64_t I) const {
+    std::vector<size_t> order(ids.size());
+    for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+    std::vector<ExpertView> hs;
+    std::vector<int64_t> offs{0}, toks;
+    std::vector<float> ws;
+    for (size_t j : order) {
+      hs.push_back(host[size_t(ids[j])]);
+      toks.push_back(0), ws.push_back(w[j]), offs.push_back(int64_t(toks.size()));
+    }
+    std::vector<float> ref(size_t(H), 0.0f);
+    f.cpu->expert_batch({hs, offs, toks, ws, x.data(), 1, H, I, ref.data()});
+    return ref;
+  }
+};
+
 // Random expert groups against the CPU: a chunk of 40 tokens (the f32 path)
 // and of 80 (expert 2's 34 tokens take the bf16 tensor-core GEMM path).
 TEST(CudaOps, ExpertBatchAndResidentExpertsMatchCpu) {
@@ -447,17 +488,8 @@ TEST(CudaOps, ExpertBatchAndResidentExpertsMatchCpu) {
   const int64_t H = 96, I = 64;
   for (int64_t n : {40, 80})  // (H, I) = (96, 64): a width that is not a multiple of the tiles
     for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4, WeightEncoding::F32}) {
-      std::vector<std::unique_ptr<HostMatrix>> mats;
-      std::vector<ExpertView> host, dev;
-      for (int e = 0; e < 5; ++e) {
-        for (auto [r, c] : {std::pair<int64_t, int64_t>{I, H}, {I, H}, {H, I}})
-          mats.push_back(std::make_unique<HostMatrix>(enc, r, c, rng));
-        const size_t b = mats.size() - 3;
-        host.push_back({mats[b]->view, mats[b + 1]->view, mats[b + 2]->view});
-        dev.push_back({f.gpu->weights(host.back().gate, f.store),
-                       f.gpu->weights(host.back().up, f.store),
-                       f.gpu->weights(host.back().down, f.store)});
-      }
+      const ExpertSet ex(f, enc, 5, H, I, rng);
+      const std::vector<ExpertView>&host = ex.host, &dev = ex.dev;
       // Expert e takes tokens [0, counts[e]) (expert 2: 34 of them, the GEMM path).
       const std::vector<int64_t> counts{1, 3, 34, 0, 7};
       std::vector<int64_t> offsets{0}, tokens;
@@ -520,42 +552,6 @@ class ActMode {
   cpu::Activations before_;
   bool had_ = false;
   std::string env_;
-};
-
-// Random experts of one encoding, on the host and uploaded.
-struct ExpertSet {
-  std::vector<std::unique_ptr<HostMatrix>> mats;
-  std::vector<ExpertView> host, dev;
-  ExpertSet(Fixture& f, WeightEncoding enc, int64_t n, int64_t H, int64_t I, std::mt19937& rng) {
-    for (int64_t e = 0; e < n; ++e) {
-      for (auto [r, cols] : {std::pair<int64_t, int64_t>{I, H}, {I, H}, {H, I}})
-        mats.push_back(std::make_unique<HostMatrix>(enc, r, cols, rng));
-      const size_t b = mats.size() - 3;
-      host.push_back({mats[b]->view, mats[b + 1]->view, mats[b + 2]->view});
-      dev.push_back({f.gpu->weights(host.back().gate, f.store),
-                     f.gpu->weights(host.back().up, f.store),
-                     f.gpu->weights(host.back().down, f.store)});
-    }
-  }
-  // The CPU's output for one token routed to ids (router order) with w:
-  // the experts in ascending id order.
-  std::vector<float> cpu_out(Fixture& f, const std::vector<int32_t>& ids,
-                             const std::vector<float>& w, const std::vector<float>& x, int64_t H,
-                             int64_t I) const {
-    std::vector<size_t> order(ids.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = j;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
-    std::vector<ExpertView> hs;
-    std::vector<int64_t> offs{0}, toks;
-    std::vector<float> ws;
-    for (size_t j : order) {
-      hs.push_back(host[size_t(ids[j])]);
-      toks.push_back(0), ws.push_back(w[j]), offs.push_back(int64_t(toks.size()));
-    }
-    std::vector<float> ref(size_t(H), 0.0f);
-    f.cpu->expert_batch({hs, offs, toks, ws, x.data(), 1, H, I, ref.data()});
-    return ref;
-  }
 };
 
 // The resident MoE step at real widths (Qwen3-30B-A3B: 8 of 12 experts of
@@ -691,9 +687,7 @@ TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
       if (m % 3 == 2) continue;  // down keeps its scales
       for (auto& sc : ex.mats[m]->scales) sc = uint8_t(tiny(rng));
     }
-    for (size_t e = 0; e < size_t(E); ++e)  // upload the changed scales
-      ex.dev[e] = {f.gpu->weights(ex.host[e].gate, f.store), f.gpu->weights(ex.host[e].up, f.store),
-                   f.gpu->weights(ex.host[e].down, f.store)};
+    ex.upload(f);  // the changed scales
     const std::vector<int32_t> ids{3, 0, 4};
     const std::vector<float> w{0.5f, 0.3f, 0.2f};
     auto x = randn(size_t(H), rng);

@@ -41,7 +41,8 @@ constexpr int kQuantThreads = 128;
 constexpr int kGateWarps = 8, kGateRows = 4;  // 32 rows of h per block
 constexpr int kDownWarps = 4, kDownRows = 2, kDownItems = 6;
 
-// One q8 block in memory: codes q[32] then -q[32] as 4 x int4, and d.
+// One q8 block in memory: codes q[32] then -q[32] as 4 x int4 (its scale d
+// is stored apart, in an array of floats).
 struct Q8x {
   int4 p0, p1, n0, n1;
 };
@@ -52,7 +53,8 @@ __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
 }
 
 // 16 bytes global -> shared, asynchronously (L2 only); committed as one group
-// per pass, waited for with cp_async_wait_all (this thread's copies).
+// per pass (cp_async_commit), waited for with cp_async_wait<N> (all of this
+// thread's groups but the newest N).
 __device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -66,14 +68,10 @@ __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void cp_async_wait_one() {  // all but the newest group
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 1;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
 
@@ -119,17 +117,17 @@ __device__ __forceinline__ float quantize_warp(float v, Q8x* dst) {
   return finite ? amax / 127.0f : __int_as_float(0x7fc00000);
 }
 
-// Integer dot of the 8 codes of one word w of an MXFP4 chunk (nibble k =
-// column 8j + k) with the q8 block's words 2j, 2j + 1 (p) and their
-// negations (n), added to s: magnitudes by permuting a table of the 8 e2m1
-// magnitudes (doubled: 0 1 2 3 4 6 8 12), signs by picking each activation
-// byte from the codes or their negations.
 // prmt without __byte_perm's masking of the selector (every nibble here is < 8).
 __device__ __forceinline__ int prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
   return int(d);
 }
+// Integer dot of the 8 codes of one word w of an MXFP4 chunk (nibble k =
+// column 8j + k) with the q8 block's words 2j, 2j + 1 (p) and their
+// negations (n), added to s: magnitudes by permuting a table of the 8 e2m1
+// magnitudes (doubled: 0 1 2 3 4 6 8 12), signs by picking each activation
+// byte from the codes or their negations.
 __device__ __forceinline__ int word_dot(uint32_t w, int2 p, int2 n, int s) {
   constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
   const uint32_t idx = w & 0x77777777u, sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
@@ -240,9 +238,9 @@ __global__ void __launch_bounds__(kGateWarps * 32, 3)
 #pragma unroll 1
   for (int i = lane; i < nbi; i += 32, ++p) {
     if (i + 32 < nbi)
-      cp_async_wait_one();  // pass p has landed; pass p + 1 may still be in flight
+      cp_async_wait<1>();  // pass p has landed; pass p + 1 may still be in flight
     else
-      cp_async_wait_all();
+      cp_async_wait<0>();
     uint4 q[R2];
 #pragma unroll
     for (int r = 0; r < R2; ++r) q[r] = *at(p & 1, r);

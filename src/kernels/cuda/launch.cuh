@@ -10,10 +10,10 @@
 //    weights, which no kernel writes, may be read before it. One exception,
 //    for launchers that know their sequence (route_moe_resident in
 //    decode_q8.cu): what a kernel two or more launches back wrote may be read
-//    before the wait,
-//    through L2 (ld.global.cg), and scratch that only later kernels of the
-//    sequence read may be written: that kernel has completed, because the one
-//    in between calls grid_launch_dependents only after its own grid_wait.
+//    before the wait, through L2 (ld.global.cg), and scratch that only later
+//    kernels of the sequence read may be written: that kernel has completed,
+//    because the one in between calls grid_launch_dependents only after its
+//    own grid_wait.
 //    This holds while no kernel triggers before its wait and the kernel in
 //    between writes nothing the early reads read (the router writes only its
 //    probs, ids and weights; x is the router's input);
