@@ -75,6 +75,32 @@ MatView device_matrix(Backend& be, WeightStore& st, WeightEncoding enc, int64_t 
   return be.weights(h, st);
 }
 
+// Copies of device matrices in pinned host memory (device-accessible under
+// unified addressing); `bufs` owns them.
+MatView host_copy(Backend& be, const MatView& d, std::vector<DeviceBuffer>& bufs) {
+  MatView h = d;
+  const size_t n =
+      d.enc == WeightEncoding::BF16 ? size_t(d.rows * d.cols) * 2 : size_t(d.rows * d.cols) / 2;
+  bufs.push_back(be.alloc_host(n));
+  be.to_host(bufs.back().data(), d.data, n);
+  h.data = bufs.back().data();
+  if (d.scales) {
+    bufs.push_back(be.alloc_host(size_t(d.rows * d.cols) / 32));
+    be.to_host(bufs.back().data(), d.scales, size_t(d.rows * d.cols) / 32);
+    h.scales = bufs.back().as<uint8_t>();
+  }
+  return h;
+}
+
+std::vector<ExpertView> host_copies(Backend& be, const std::vector<ExpertView>& views,
+                                    std::vector<DeviceBuffer>& bufs) {
+  std::vector<ExpertView> out;
+  for (const ExpertView& v : views)
+    out.push_back(
+        {host_copy(be, v.gate, bufs), host_copy(be, v.up, bufs), host_copy(be, v.down, bufs)});
+  return out;
+}
+
 std::string fmt_T(const char* what, int64_t T) { return what + std::to_string(T); }
 
 // CUDA_OPS_FILTER=substring: run only the ops whose name contains it (for ncu).
@@ -192,6 +218,7 @@ int main() {
                        device_matrix(*be, st, WeightEncoding::MXFP4, m.inter, m.hidden, rng),
                        device_matrix(*be, st, WeightEncoding::MXFP4, m.hidden, m.inter, rng)});
     const int table = be->register_experts(views);
+    std::vector<DeviceBuffer> host_bufs;  // the pinned host copies of the arms below
     std::vector<int32_t> ids;
     std::vector<float> w;
     for (int64_t i = 0; i < m.k; ++i)
@@ -218,6 +245,21 @@ int main() {
                          x.as<float>(), m.hidden, m.inter, y.as<float>());
       });
       row(first, (std::string(m.name) + ", other experts each call").c_str(), uc, bytes, bound);
+      // The same calls with experts read over PCIe from pinned host memory
+      // (a mapped host tier): every expert, and one of each call's k (e % 8 == 3).
+      std::vector<ExpertView> all_host = host_copies(*be, views, host_bufs);
+      std::vector<ExpertView> mixed = views;
+      for (size_t e = 3; e < mixed.size(); e += 8) mixed[e] = all_host[e];
+      for (const auto& [what, tv] : {std::pair{", all from host memory", &all_host},
+                                     std::pair{", 1 of k from host memory", &mixed}}) {
+        const int ht = be->register_experts(*tv);
+        const double uh = timed([&] {
+          be->moe_resident(ht, dr.as<int32_t>() + (call++ % kSets) * m.k, dw.as<float>(), m.k,
+                           x.as<float>(), m.hidden, m.inter, y.as<float>());
+        });
+        row(first, (std::string(m.name) + what).c_str(), uh, bytes, bound);
+      }
+      host_bufs.clear();
     }
     // The router (bf16 [experts, hidden]) and the experts in one call, as
     // decode runs them: the experts' kernels read the router's ids early.

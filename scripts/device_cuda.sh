@@ -11,6 +11,7 @@
 #   llama_build build test q30 bench30 llama30 ds4   the side by side (docs/cuda.md)
 #   build base_build test ops q30 abdec30            this tree against .carry/base-src.tar.xz
 #   build ops ncu_ops ncu_src                        op times, ncu stalls per kernel and SASS line
+#   build test q30 mapped30                          the host-tier arm, mapped and not
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -161,6 +162,14 @@ step_arena30() {  # a 28% arena backed by the host tier, and by storage only
   bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
     --arena 28% --host-cache 17GiB
   bench_arm "moetier cuda arena 28%, storage" --prompt-tokens 256 --gen 64 --runs 2 --arena 28%
+}
+step_mapped30() {  # the host-tier arm with the mapped host tier and without, interleaved
+  for r in 1 2; do
+    bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
+      --arena 28% --host-cache 17GiB
+    MOETIER_MAPPED_HOST=0 bench_arm "moetier cuda arena 28% + host tier, not mapped" \
+      --prompt-tokens 256 --gen 128 --runs 2 --arena 28% --host-cache 17GiB
+  done
 }
 step_timing() {  # per-op GPU time (MOETIER_CUDA_TIMING, no graphs) on an 8-layer model
   local q=/tmp/q30-8

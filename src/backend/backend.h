@@ -217,6 +217,29 @@ class Backend {
   virtual int register_experts(std::span<const ExpertView> views) { return -1; }
   virtual void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k,
                             const float* x, int64_t hidden, int64_t intermediate, float* out) {}
+  // Entries of registered tables replaced: entry e.id of table e.table is
+  // e.view from the ops issued after this call on (the ops before it see the
+  // old views). One call may change entries of many tables.
+  struct ExpertTableEntry {
+    int table = -1;
+    int32_t id = 0;
+    ExpertView view;
+  };
+  virtual void update_experts(std::span<const ExpertTableEntry> entries) {}
+  // Whether ops (and so table entries) may point into alloc_host() memory,
+  // read in place by the device (CUDA: pinned memory under unified addressing;
+  // reads cross PCIe). The mapped host tier needs it.
+  virtual bool reads_host_memory() const { return false; }
+  // Host -> device copies that overlap the ops (CUDA: a second stream): each
+  // starts after every op issued before it; the ops issued after it do not
+  // wait for it. copies_done() says whether every such copy issued so far has
+  // finished; wait_copies() blocks until they have. src must stay unchanged
+  // until then. The default copies in stream order (to_device).
+  virtual void to_device_async(void* dst, const void* src, size_t bytes) {
+    to_device(dst, src, bytes);
+  }
+  virtual bool copies_done() { return true; }
+  virtual void wait_copies() {}
   // One token's router and resident experts in one call: route_topk(router,
   // x, 1, k, renormalize) into probs [e], ids [k] and weights [k], then
   // moe_resident with them (the default). CUDA starts the experts' kernels

@@ -94,6 +94,7 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
   s.resize_layers(size_t(index_.num_layers()));
   s.start_process_io();
   note_fallbacks();
+  setup_mapped(cfg);
 }
 
 ArenaExperts::~ArenaExperts() {
@@ -220,6 +221,7 @@ Ticket ArenaExperts::submit_overlapped(int64_t layer, std::span<const int32_t> i
 Ticket ArenaExperts::submit_impl(int64_t layer, std::span<const int32_t> ids, Phase phase,
                                  bool overlapped) {
   collect_keys(layer, ids);
+  finish_device_copies(true);  // a prefill must not read a slot still being written
   check(int64_t(keys_.size()) <= max_batch(),
         "expert arena: layer {}: {} experts asked in one acquire, max_batch is {}", layer,
         keys_.size(), max_batch());
@@ -347,12 +349,14 @@ void ArenaExperts::release(Ticket t) {
 
 bool ArenaExperts::can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) {
   collect_keys(layer, ids);
+  finish_device_copies(true);
   reap_finished();
   return res_.fits(keys_, phase);
 }
 
 void ArenaExperts::prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) {
   collect_keys(layer, ids);
+  finish_device_copies(true);
   reap_finished();
   size_t limit = prefetch_limit_ > prefetch_held_ ? prefetch_limit_ - prefetch_held_ : 0;
   if (device_) limit = std::min(limit, staging_free_.size() + staging_pending_.size());

@@ -47,6 +47,32 @@
 // pre-faulted at construction (experts/prefault.h; huge pages where the
 // kernel allows), so no request pays a first touch; setup() says what it took.
 //
+// Mapped host tier. On a device backend that reads host memory in place
+// (Backend::reads_host_memory), with a host tier large enough for every
+// expert and ArenaConfig::top_k set, the set-up reads every expert into the
+// host tier, and each MoE layer gets a device expert table
+// (Backend::register_experts) whose entry for an expert names its arena slot
+// when it is resident there (committed) and its host-tier copy otherwise.
+// Decode steps then run on the device from the router's output, in one CUDA
+// graph, reading arena experts from device memory and the others over PCIe
+// in place; prefill goes through submit/wait as before. Protocol of a device
+// step (the Session calls both; the owner's thread):
+//   - before_device_step(): commits the host -> arena copies that are done
+//     (Backend::copies_done), and sets every table entry that differs from
+//     the residency to it (Backend::update_experts, ordered before the step).
+//     A table thus never names a slot whose bytes are not all there.
+//   - after_device_step(): reads the step's router ids (device_ids) and, per
+//     layer, plans them as a decode acquire would (Residency::plan, the same
+//     rules and policy), counts them (a use of an expert still being copied
+//     in counts as the host-tier hit it was), and starts the plan's host ->
+//     arena copies on the copy stream (Backend::to_device_async). A victim's
+//     slot is overwritten only after the step that last read it is done, and
+//     the next step reads the victim from its host copy (the table is updated
+//     before it). Host copies stay in place: a host tier that holds every
+//     expert never spills.
+//   - Any submit, prefetch or drain first waits for those copies and commits
+//     them (a prefill must not read a slot still being written).
+//
 // Threading protocol: as ExpertProvider — every public call on the owner's
 // thread; the loader thread only runs LoadJobs (reads and validation of host
 // bytes; experts/loader.h). Everything else (Residency, tickets, stats,
@@ -94,6 +120,10 @@ struct ArenaConfig {
   bool async_host_copies = true;
   bool prefault = true;    // pre-fault the tiers' host memory at set-up (see "Set-up")
   bool huge_pages = true;  // with it, ask for transparent huge pages (host arena)
+  // The mapped host tier (see "Mapped host tier" above): the router's top-k
+  // (0: off), and whether to use it where it applies.
+  int64_t top_k = 0;
+  bool mapped_host = true;
   // One-line notes the CLI may print (an O_DIRECT fallback); null: none.
   std::function<void(const std::string&)> note;
 };
@@ -112,6 +142,13 @@ class ArenaExperts final : public ExpertProvider {
   Ticket submit_overlapped(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
   void prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
   void note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) override;
+
+  // The mapped host tier (null / no-ops without it).
+  int device_table(int64_t layer) const override;
+  int32_t* device_ids(int64_t layer) const override;
+  void before_device_step() override;
+  void after_device_step() override;
+  bool mapped_host() const { return mapped_; }
 
   // Blocks until every load in flight (prefetches included) is done and reaped.
   void drain();
@@ -175,6 +212,12 @@ class ArenaExperts final : public ExpertProvider {
   // waited for stay reaped).
   Ticket submit_impl(int64_t layer, std::span<const int32_t> ids, Phase phase, bool overlapped);
   void note_fallbacks();
+  // The mapped host tier (arena_mapped.cpp).
+  void setup_mapped(const ArenaConfig& cfg);
+  void fill_host_tier();
+  void finish_device_copies(bool wait);  // commits copying_ once the copies are done
+  void device_step_layer(int64_t layer, std::span<const int32_t> ids);
+  void device_step_batch(int64_t layer, std::span<const int32_t> ids);  // distinct, ascending
 
   ExpertIndex index_;
   Residency res_;
@@ -216,6 +259,16 @@ class ArenaExperts final : public ExpertProvider {
   std::vector<uint64_t> key_seen_;  // [num_keys] dedupe stamp
   std::vector<uint32_t> key_pos_;   // [num_keys] index into keys_ when stamped
   uint64_t stamp_ = 0;
+  // The mapped host tier.
+  bool mapped_ = false;
+  int64_t top_k_ = 0;
+  std::vector<int> tables_;            // [layers] backend expert table, -1 for a dense layer
+  DeviceBuffer routing_dev_;           // [layers, top_k] int32: a device step's router ids
+  std::vector<int32_t> routing_host_;  // [layers, top_k] their host copy
+  std::vector<int32_t> entry_slot_;    // [num_keys] arena slot the table names, -1: host tier
+  std::vector<Plan> copying_;          // plans whose host -> arena copies are in flight
+  std::vector<Backend::ExpertTableEntry> updates_;  // scratch of before_device_step
+  std::vector<int32_t> sorted_ids_;                 // scratch of device_step_layer
   std::unique_ptr<Loader> loader_;  // last: destroyed first (its jobs point into the memory)
 };
 

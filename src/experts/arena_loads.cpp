@@ -150,6 +150,7 @@ void ArenaExperts::reap_finished() {
 }
 
 void ArenaExperts::drain() {
+  finish_device_copies(true);
   while (!inflight_.empty()) {
     Job* j = inflight_.front();
     wait_job(j, j->layer);

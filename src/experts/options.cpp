@@ -130,12 +130,14 @@ std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const M
   std::string line;
   ArenaConfig ac = resolve_arena_config(ix, cfg, opt, &line);
   ac.backend = backend;
+  ac.top_k = cfg.experts_per_token;
   auto p = std::make_unique<ArenaExperts>(std::move(ix), ac, stats);
   if (summary) {
     const ArenaExperts::Setup& su = p->setup();
     *summary = line + ", reader " + p->reader_name() +
                fmt::format(", set-up {:.3f} s ({} pre-faulted{})", double(su.ns) * 1e-9,
                            format_bytes(su.prefault.bytes), su.prefault.huge ? ", huge pages" : "");
+    if (p->mapped_host()) *summary += ", mapped host tier";
   }
   return p;
 }

@@ -92,6 +92,17 @@ class ExpertProvider {
   // straight from the router's output (no host round trip); such steps are
   // not counted in any provider statistic.
   virtual int device_table(int64_t layer) const { return -1; }
+  // Optional, with device_table() (a provider whose tables change, such as
+  // the arena's mapped host tier): where a decode step on the device writes
+  // layer's router ids [k] (device memory; null: the forward's own scratch),
+  // and the two calls around every such step (a graph replay or a plain
+  // step): before_device_step() brings the tables up to date (the ops it
+  // issues precede the step's), after_device_step() reads the ids and does
+  // what a step through acquire() would have done (counting, admission).
+  // Only the Session calls them, from the provider's thread.
+  virtual int32_t* device_ids(int64_t layer) const { return nullptr; }
+  virtual void before_device_step() {}
+  virtual void after_device_step() {}
 
   // submit + wait; releases the previous acquire()'s ticket first.
   void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,

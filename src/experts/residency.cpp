@@ -365,6 +365,17 @@ PrefetchSkips Residency::prefetch(std::span<const ExpertKey> keys, Phase phase, 
   return skips;
 }
 
+int32_t Residency::host_insert(ExpertKey k) {
+  check(k < cfg_.num_keys, "expert residency: key {} outside [0, {})", k, cfg_.num_keys);
+  if (host_of_[k] >= 0 || slot_of_[k] >= 0 || host_free_.empty()) return -1;
+  const int32_t h = host_free_.back();
+  host_free_.pop_back();
+  host_key_[h] = k;
+  host_of_[k] = h;
+  host_pos_[h] = host_lru_.insert(host_lru_.end(), h);
+  return h;
+}
+
 void Residency::commit(const Plan& p) {
   for (const PlanStep& st : p.steps) {
     if (st.loading && st.slot >= 0 && key_of_[st.slot] == int64_t(st.key)) loading_[st.slot] = 0;

@@ -129,6 +129,10 @@ class Residency {
   // Starts loads of up to `limit` absent keys (a hint; no use is counted; see
   // above). out.steps lists the loads started (all `loading`).
   PrefetchSkips prefetch(std::span<const ExpertKey> keys, Phase phase, size_t limit, Plan& out);
+  // The host tier takes absent key k (no arena slot, no host copy yet): returns
+  // the free host slot the caller fills with its bytes, or -1 when none is free
+  // or k has one. For the set-up of a host tier that holds every expert.
+  int32_t host_insert(ExpertKey k);
   // The loading slots of `p` now hold their bytes (Loading -> Hot/Transient).
   void commit(const Plan& p);
   // The loading slots of `p` did not get their bytes: their keys become absent.

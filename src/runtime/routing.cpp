@@ -37,12 +37,12 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
 
 void route_moe_resident_device(Backend& be, const MatView& router, int table, const float* x,
                                int64_t k, bool norm_topk_prob, int64_t hidden, int64_t intermediate,
-                               float* out, Workspace& ws) {
+                               float* out, Workspace& ws, int32_t* ids_out) {
   const int64_t ne = router.rows;
   check(k >= 1 && k <= ne, "router: top-k {} outside [1, {}] experts", k, ne);
-  float* probs = ws.get(kRouterSlot, ne);         // [E]
-  int32_t* ids = ws.get_i32(kRouterSlot + 1, k);  // [k]
-  float* w = ws.get(kRouterSlot + 2, k);          // [k]
+  float* probs = ws.get(kRouterSlot, ne);                             // [E]
+  int32_t* ids = ids_out ? ids_out : ws.get_i32(kRouterSlot + 1, k);  // [k]
+  float* w = ws.get(kRouterSlot + 2, k);                              // [k]
   be.route_moe_resident(router, table, x, k, norm_topk_prob, probs, ids, w, hidden, intermediate,
                         out);
 }

@@ -38,10 +38,11 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
                            bool norm_topk_prob, Workspace& ws);
 // One token's routing and its resident experts on the device (no host copy):
 // Backend::route_moe_resident with probs / ids / weights in ws slots
-// kRouterSlot.. kRouterSlot + 2; out [hidden] = the MoE block's output.
+// kRouterSlot.. kRouterSlot + 2 (ids in ids_out [k] instead when given: the
+// provider's device_ids); out [hidden] = the MoE block's output.
 void route_moe_resident_device(Backend& be, const MatView& router, int table, const float* x,
                                int64_t k, bool norm_topk_prob, int64_t hidden, int64_t intermediate,
-                               float* out, Workspace& ws);
+                               float* out, Workspace& ws, int32_t* ids_out = nullptr);
 // The same on the CPU backend with host x (tests, tools).
 Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob);
 

@@ -36,6 +36,22 @@ bool Session::graphable(const ForwardOptions& opt) const {
   return true;
 }
 
+bool Session::on_device_tables(size_t n, const ForwardOptions& opt) const {
+  if (n != 1 || (opt.observer && *opt.observer)) return false;
+  for (int64_t l : model_->spec().moe_layers())
+    if (experts_->device_table(l) < 0) return false;
+  return true;
+}
+
+std::vector<float> Session::run_forward(std::span<const int32_t> tokens,
+                                        const ForwardOptions& opt) {
+  const bool dev = on_device_tables(tokens.size(), opt);
+  if (dev) experts_->before_device_step();
+  std::vector<float> logits = model_->forward(tokens, pos_, *state_, *experts_, opt);
+  if (dev) experts_->after_device_step();
+  return logits;
+}
+
 // Records the step the first time (after one plain decode step has sized
 // every buffer), then replays it; a recording that fails turns graphs off.
 bool Session::decode_graph(int32_t token, bool logits) {
@@ -61,7 +77,9 @@ bool Session::decode_graph(int32_t token, bool logits) {
       return false;
     }
   }
+  experts_->before_device_step();
   be.graph_launch(graph_, pos_, token);
+  experts_->after_device_step();
   state_->set_size(pos_ + 1);
   if (logits) {
     logits_.resize(size_t(vocab));
@@ -80,7 +98,7 @@ const std::vector<float>& Session::prefill(std::span<const int32_t> tokens,
         "session: {} positions + {} tokens exceed the session's capacity {}", pos_, tokens.size(),
         state_->capacity());
   drop_graph();  // a longer chunk may have grown the buffers a recorded graph uses
-  logits_ = model_->forward(tokens, pos_, *state_, *experts_, opt);
+  logits_ = run_forward(tokens, opt);
   pos_ += int64_t(tokens.size());
   return logits_;
 }
@@ -94,7 +112,7 @@ const std::vector<float>& Session::decode(int32_t token, const ForwardOptions& o
     if (decode_graph(token, true)) return logits_;
     ++plain_decodes_;
     const int32_t one[1] = {token};
-    logits_ = model_->forward(one, pos_, *state_, *experts_, opt);
+    logits_ = run_forward(one, opt);
     ++pos_;
     return logits_;
   }

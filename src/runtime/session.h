@@ -60,6 +60,11 @@ class Session {
 
  private:
   bool graphable(const ForwardOptions& opt) const;
+  // Whether a forward of n tokens runs its MoE layers on the provider's device
+  // tables (the forward's own test: one token, no observer, a table for every
+  // MoE layer); such a step is wrapped in before/after_device_step().
+  bool on_device_tables(size_t n, const ForwardOptions& opt) const;
+  std::vector<float> run_forward(std::span<const int32_t> tokens, const ForwardOptions& opt);
   // false: not replayed, run the plain forward. Copies the logits to the host
   // when `logits`; the argmax of the step is always on the device.
   bool decode_graph(int32_t token, bool logits);

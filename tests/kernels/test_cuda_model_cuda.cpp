@@ -147,3 +147,40 @@ TEST(CudaModel, DeviceArgmaxGivesTheHostGreedyTokens) {
   EXPECT_EQ(got, want);
   EXPECT_TRUE(s->logits().empty());  // the replayed steps left the logits on the device
 }
+
+// A 2-expert arena with a host tier that holds every expert: the mapped host
+// tier (decode steps on device tables, experts outside the arena read over
+// PCIe in place, admissions copied on the copy stream) changes no token of
+// the CPU engine's, with graphs and without.
+TEST(CudaModel, MappedHostTierWithTwoExpertArenaChangesNoToken) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  auto cpu = engine(dir, "cpu");
+  EngineOptions o;
+  o.backend = "cuda";
+  o.experts.arena_experts = 2;
+  o.experts.host_cache = "1GiB";
+  std::vector<std::string> log;
+  auto gpu = Engine::open(dir, o, &log);
+  bool mapped = false;
+  for (const std::string& l : log) mapped = mapped || l.find("mapped host tier") != l.npos;
+  ASSERT_TRUE(mapped) << "the arena did not take the mapped host tier";
+  for (const char* graphs : {"1", "0"}) {
+    ::setenv("MOETIER_GRAPHS", graphs, 1);
+    for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                          "It is a truth universally acknowledged, that a single man"}) {
+      const auto ids = tok.encode(p);
+      std::vector<float> lc, lg;
+      const auto tc = greedy(*cpu, ids, 32, &lc);
+      const auto tg = greedy(*gpu, ids, 32, &lg);
+      EXPECT_EQ(tg, tc) << p << " graphs " << graphs;
+      EXPECT_LE(max_rel_diff(lg, lc), 1e-4) << p;
+    }
+  }
+  ::unsetenv("MOETIER_GRAPHS");
+  const LayerCounters t = gpu->stats().total();
+  EXPECT_GT(t.hits_host, 0u);
+  EXPECT_EQ(t.misses, 0u);
+  EXPECT_GT(gpu->stats().host_copy_bytes, 0u);
+}

@@ -11,6 +11,7 @@
 // Every op checks that the pointers it gets are device pointers (or null).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -123,6 +124,74 @@ class DeviceDouble final : public Backend {
                     float* probs, int32_t* ids, float* weights) override {
     cpu_->softmax_topk(host(logits), n, e, k, renormalize, host(probs), host(ids), host(weights));
   }
+  // Resident expert tables (the mapped host tier): entries are device views,
+  // or host views into alloc_host memory when maps_host (reads_host_memory).
+  bool maps_host = false;
+  // Overlapped copies (to_device_async) land one copies_done() query late:
+  // the first query after a copy says no, the next applies them all.
+  bool lazy_copies = false;
+  uint64_t async_copy_bytes() const { return async_bytes_; }
+  uint64_t moe_resident_calls = 0;
+
+  bool reads_host_memory() const override { return maps_host; }
+  int register_experts(std::span<const ExpertView> views) override {
+    tables_.emplace_back(views.begin(), views.end());
+    return int(tables_.size() - 1);
+  }
+  void update_experts(std::span<const ExpertTableEntry> entries) override {
+    for (const ExpertTableEntry& e : entries) {
+      check(e.table >= 0 && size_t(e.table) < tables_.size(), "device double: table {}", e.table);
+      check(e.id >= 0 && size_t(e.id) < tables_[size_t(e.table)].size(), "device double: entry {}",
+            e.id);
+      tables_[size_t(e.table)][size_t(e.id)] = e.view;
+    }
+  }
+  void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k, const float* x,
+                    int64_t hidden, int64_t intermediate, float* out) override {
+    check(table >= 0 && size_t(table) < tables_.size(), "device double: table {}", table);
+    ++moe_resident_calls;
+    std::vector<int32_t> id(host(ids), host(ids) + k);
+    std::vector<float> w(host(weights), host(weights) + k);
+    std::vector<size_t> order(size_t(k), 0);
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return id[a] < id[b]; });
+    std::vector<ExpertView> views;  // ascending id: the runtime's order
+    std::vector<int64_t> offsets{0}, tokens;
+    std::vector<float> ws;
+    for (size_t i : order) {
+      const ExpertView& v = tables_[size_t(table)].at(size_t(id[i]));
+      views.push_back({readable(v.gate), readable(v.up), readable(v.down)});
+      offsets.push_back(offsets.back() + 1), tokens.push_back(0), ws.push_back(w[i]);
+    }
+    cpu_->fill_zero(host(out), hidden);
+    ExpertBatch b;
+    b.experts = views;
+    b.offsets = offsets;
+    b.tokens = tokens;
+    b.weights = ws;
+    b.x = host(x);
+    b.n = 1, b.hidden = hidden, b.intermediate = intermediate;
+    b.out = host(out);
+    cpu_->expert_batch(b);
+  }
+  void to_device_async(void* dst, const void* src, size_t n) override {
+    check(!is_device(src), "device double: to_device_async from a device pointer");
+    async_bytes_ += n;
+    if (!lazy_copies) return to_device(dst, src, n);
+    pending_.push_back({dst, src, n});
+    queried_ = false;
+  }
+  bool copies_done() override {
+    if (pending_.empty()) return true;
+    if (!queried_) return queried_ = true, false;
+    wait_copies();
+    return true;
+  }
+  void wait_copies() override {
+    for (const Pending& p : pending_) to_device(p.dst, p.src, p.n);
+    pending_.clear();
+  }
+
   void expert_batch(const ExpertBatch& b) override {
     std::vector<ExpertView> views;  // [m] host views of the device experts
     for (const ExpertView& v : b.experts) views.push_back({host(v.gate), host(v.up), host(v.down)});
@@ -156,8 +225,22 @@ class DeviceDouble final : public Backend {
     return store.buffers.back().data();
   }
 
+  MatView readable(const MatView& m) const {  // a table entry's host view
+    if (is_device(m.data)) return host(m);
+    check(maps_host, "device double: a host pointer in an expert table");
+    return m;
+  }
+  struct Pending {
+    void* dst;
+    const void* src;
+    size_t n;
+  };
+
   std::unique_ptr<Backend> cpu_;
-  uint64_t device_bytes_ = 0, to_device_bytes_ = 0;
+  uint64_t device_bytes_ = 0, to_device_bytes_ = 0, async_bytes_ = 0;
+  std::vector<std::vector<ExpertView>> tables_;
+  std::vector<Pending> pending_;
+  bool queried_ = false;
 };
 
 }  // namespace moetier::testing

@@ -77,6 +77,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           v);
     cuda::set_gemv_block_rows(std::stoi(v));
   }
+  unified_addressing_ = p.unifiedAddressing != 0;
+  cuda_check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream");
+  for (cudaEvent_t* e : {&copy_start_, &copies_done_, &writes_done_})
+    cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
   sync_ = alloc(sizeof(Sync));
   cuda_check(cudaMemsetAsync(sync_.data(), 0, sizeof(Sync), stream_), "block counters");
   cuda_check(cudaStreamSynchronize(stream_), "block counters");
@@ -128,6 +132,12 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : graphs_)
     if (g) cudaGraphExecDestroy(g);
   step_dev_.reset(), step_host_.reset();
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
+  copy_stream_ = nullptr;
+  if (writes_done_) cudaEventSynchronize(writes_done_);
+  writes_host_.reset();
+  for (cudaEvent_t e : {copy_start_, copies_done_, writes_done_})
+    if (e) cudaEventDestroy(e);
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
@@ -164,8 +174,9 @@ DeviceBuffer CudaBackend::alloc_host(size_t bytes) {
 }
 
 void CudaBackend::release(void* p, size_t) {
-  if (stream_) cudaStreamSynchronize(stream_);  // ops issued before may still use it
-  memory_.on_release(p);                        // alloc()'s only (alloc_host's are not counted)
+  if (stream_) cudaStreamSynchronize(stream_);            // ops issued before may still use it
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_);  // and copies
+  memory_.on_release(p);  // alloc()'s only (alloc_host's are not counted)
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost)
     cudaFreeHost(p);
@@ -183,6 +194,24 @@ void CudaBackend::to_device(void* dst, const void* src, size_t n) {
     synchronize();
   cudaGetLastError();
 }
+
+void CudaBackend::to_device_async(void* dst, const void* src, size_t n) {
+  check(!recording_, "cuda graph: an overlapped copy while recording a decode step");
+  cuda_check(cudaEventRecord(copy_start_, stream_), "copy order");
+  cuda_check(cudaStreamWaitEvent(copy_stream_, copy_start_, 0), "copy order");
+  cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, copy_stream_),
+             "overlapped copy to device");
+  cuda_check(cudaEventRecord(copies_done_, copy_stream_), "copy done");
+}
+
+bool CudaBackend::copies_done() {
+  const cudaError_t e = cudaEventQuery(copies_done_);
+  if (e == cudaErrorNotReady) return false;
+  cuda_check(e, "overlapped copies");
+  return true;
+}
+
+void CudaBackend::wait_copies() { cuda_check(cudaEventSynchronize(copies_done_), "copy wait"); }
 
 void CudaBackend::to_host(void* dst, const void* src, size_t n) {
   cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "copy to host");

@@ -121,6 +121,11 @@ class CudaBackend final : public Backend {
     cuda::argmax(x, n, out, &sync()->argmax, stream_), after("argmax");
   }
   int register_experts(std::span<const ExpertView> views) override;
+  void update_experts(std::span<const ExpertTableEntry> entries) override;
+  bool reads_host_memory() const override { return unified_addressing_; }
+  void to_device_async(void* dst, const void* src, size_t n) override;
+  bool copies_done() override;
+  void wait_copies() override;
   void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k, const float* x,
                     int64_t hidden, int64_t intermediate, float* out) override;
   void route_moe_resident(const MatView& router, int table, const float* x, int64_t k,
@@ -168,6 +173,15 @@ class CudaBackend final : public Backend {
     bool vec = false;
   };
   std::vector<Table> tables_;
+  // update_experts: the writes, pinned (read in place by the kernel), reused
+  // once the kernel that read them is done (writes_done_).
+  DeviceBuffer writes_host_;  // [capacity] cuda::TableWrite
+  cudaEvent_t writes_done_ = nullptr;
+  // to_device_async: the copy stream; copy_start_ orders each copy after the
+  // ops before it, copies_done_ marks the last copy issued.
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t copy_start_ = nullptr, copies_done_ = nullptr;
+  bool unified_addressing_ = false;
   Scratch prep_, q8_;
   const Table& table_at(int table, int64_t k) const;
   // The q8 kernels for one token (false: they do not apply, nothing launched).

@@ -168,6 +168,32 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
   return int(tables_.size() - 1);
 }
 
+// The entries go to a pinned buffer that one kernel reads in place; the
+// buffer is rewritten only after the kernel that read it is done.
+void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
+  if (entries.empty()) return;
+  check(!recording_, "cuda graph: an expert table update while recording a decode step");
+  cuda_check(cudaEventSynchronize(writes_done_), "table writes");
+  const size_t bytes = entries.size() * sizeof(cuda::TableWrite);
+  if (writes_host_.bytes() < bytes) writes_host_ = alloc_host(bytes + bytes / 2);
+  auto* w = writes_host_.as<cuda::TableWrite>();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ExpertTableEntry& e = entries[i];
+    check(e.table >= 0 && size_t(e.table) < tables_.size(), "cuda: expert table {} (of {})",
+          e.table, tables_.size());
+    const Table& t = tables_[size_t(e.table)];
+    check(e.id >= 0 && size_t(e.id) < t.ptrs.bytes() / sizeof(cuda::ExpertPtrs),
+          "cuda: expert {} outside table {}", e.id, e.table);
+    check(uniform(e.view) && e.view.gate.enc == t.enc, "cuda: one encoding per expert table");
+    check(!t.vec || (aligned16(e.view.gate.data) && aligned16(e.view.up.data) &&
+                     aligned16(e.view.down.data)),
+          "cuda: expert table {}: entry {} is not 16-byte aligned", e.table, e.id);
+    w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view)};
+  }
+  cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
+  cuda_check(cudaEventRecord(writes_done_, stream_), "table writes");
+}
+
 const CudaBackend::Table& CudaBackend::table_at(int table, int64_t k) const {
   check(table >= 0 && size_t(table) < tables_.size() && k >= 1 && k <= 32,
         "cuda: resident experts table {} (of {}), top-{}", table, tables_.size(), k);

@@ -107,6 +107,14 @@ struct ExpertPtrs {
   const void* w[3];     // gate [I, H], up [I, H], down [H, I]
   const uint8_t* s[3];  // their scales / codebooks (null for f32, bf16)
 };
+// One entry of a resident expert table set (write_table_entries).
+struct TableWrite {
+  ExpertPtrs* dst;  // device: the entry
+  ExpertPtrs v;
+};
+// *w[i].dst = w[i].v for i < n; w is read in place (pinned host memory is fine).
+// Launched without PDL: the next kernel sees the writes.
+void write_table_entries(const TableWrite* w, int n, cudaStream_t s);
 struct ExpertLaunch {
   WeightEncoding enc = WeightEncoding::BF16;
   int64_t hidden = 0, inter = 0;

@@ -183,6 +183,15 @@ void fill_zero(float* x, int64_t n, cudaStream_t s) {
   fill_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n);
 }
 
+__global__ void table_write_kernel(const TableWrite* w, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) *w[i].dst = w[i].v;
+}
+
+void write_table_entries(const TableWrite* w, int n, cudaStream_t s) {
+  if (n > 0) table_write_kernel<<<grid_for(n, 128), 128, 0, s>>>(w, n);
+}
+
 void embed(const MatView& t, const int32_t* ids, int64_t n, float* out, cudaStream_t s) {
   const auto* w = static_cast<const uint8_t*>(t.data);
   const unsigned g = grid_for(n * t.cols, 256);

@@ -95,7 +95,7 @@ void Qwen3MoeModel::moe(int64_t layer, const float* xn, std::span<const int32_t>
   if (n == 1 && table >= 0 && !(opt.observer && *opt.observer)) {  // resident decode, no host
     route_moe_resident_device(*be_, layers_[size_t(layer)].router, table, xn,
                               cfg_.num_experts_per_tok, cfg_.norm_topk_prob, cfg_.hidden_size,
-                              cfg_.moe_intermediate_size, out, ws);
+                              cfg_.moe_intermediate_size, out, ws, experts.device_ids(layer));
     return;
   }
   const Routing r = route_softmax_topk(*be_, layers_[size_t(layer)].router, xn, n,

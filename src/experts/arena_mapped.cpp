@@ -1,0 +1,191 @@
+// ArenaExperts: the mapped host tier (see "Mapped host tier" in
+// arena_experts.h): set-up, the device tables, and the two calls around a
+// decode step that runs on them.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "core/units.h"
+#include "experts/arena_experts.h"
+#include "experts/loader.h"
+
+namespace moetier {
+
+// MOETIER_MAPPED_HOST=0 keeps every decode step on submit/wait (A/B runs).
+void ArenaExperts::setup_mapped(const ArenaConfig& cfg) {
+  const char* env = std::getenv("MOETIER_MAPPED_HOST");
+  if (!cfg.mapped_host || (env && std::string(env) == "0")) return;
+  if (!device_ || !backend_->reads_host_memory() || cfg.top_k < 1 ||
+      cfg.top_k > index_.num_experts() || cfg.host_slots < index_.total_experts())
+    return;
+  const auto t0 = std::chrono::steady_clock::now();
+  fill_host_tier();
+  const int64_t layers = index_.num_layers(), ne = index_.num_experts();
+  tables_.assign(size_t(layers), -1);
+  std::vector<ExpertView> views(static_cast<size_t>(ne));
+  for (int64_t l = 0; l < layers; ++l) {
+    if (!index_.is_moe_layer(l)) continue;
+    for (int64_t e = 0; e < ne; ++e) {
+      const ExpertKey k = index_.key(l, e);
+      views[size_t(e)] = index_.view(k, host_ptr(res_.host_slot_of(k)));
+    }
+    tables_[size_t(l)] = backend_->register_experts(views);
+    if (tables_[size_t(l)] < 0) {  // a backend without tables: submit/wait as before
+      tables_.clear();
+      return;
+    }
+  }
+  top_k_ = cfg.top_k;
+  routing_dev_ = backend_->alloc(size_t(layers * top_k_) * sizeof(int32_t));
+  routing_host_.assign(size_t(layers * top_k_), 0);
+  entry_slot_.assign(index_.num_keys(), -1);
+  mapped_ = true;
+  setup_.ns += uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  if (note_)
+    note_(
+        fmt::format("expert arena: mapped host tier ({} experts read into host memory; decode "
+                    "steps read the experts outside the arena in place)",
+                    index_.total_experts()));
+}
+
+// Every expert into its own host slot, one load job (reads, then validation)
+// per layer; a failed read or a bad expert throws its one-line error.
+void ArenaExperts::fill_host_tier() {
+  for (int64_t l = 0; l < index_.num_layers(); ++l) {
+    if (!index_.is_moe_layer(l)) continue;
+    LoadJob job;
+    job.validate = validate_;
+    job.index = &index_;
+    for (int64_t e = 0; e < index_.num_experts(); ++e) {
+      const ExpertKey k = index_.key(l, e);
+      const int32_t h = res_.host_insert(k);
+      check(h >= 0, "expert arena: no host slot for layer {} expert {} (internal error)", l, e);
+      for (const Extent& x : index_.record(k).extents) {
+        io::ReadRequest r;
+        r.file = files_[x.shard].get();
+        r.offset = x.offset;
+        r.length = x.length;
+        r.dst = host_ptr(h) + x.slot_offset;
+        job.reqs.push_back(r);
+        job.req_load.push_back(uint32_t(job.loads.size()));
+      }
+      job.loads.push_back({k, host_ptr(h)});
+    }
+    loader_->push(&job);
+    loader_->wait(&job);
+    if (!job.problem.empty()) fail("{}", job.problem);
+  }
+}
+
+int ArenaExperts::device_table(int64_t layer) const {
+  if (!mapped_ || layer < 0 || layer >= int64_t(tables_.size())) return -1;
+  return tables_[size_t(layer)];
+}
+
+int32_t* ArenaExperts::device_ids(int64_t layer) const {
+  if (!mapped_ || layer < 0 || layer >= index_.num_layers()) return nullptr;
+  return routing_dev_.as<int32_t>() + layer * top_k_;
+}
+
+void ArenaExperts::finish_device_copies(bool wait) {
+  if (copying_.empty()) return;
+  if (!backend_->copies_done()) {
+    if (!wait) return;
+    backend_->wait_copies();
+  }
+  for (const Plan& p : copying_) res_.commit(p);
+  copying_.clear();
+}
+
+void ArenaExperts::before_device_step() {
+  if (!mapped_) return;
+  reap_finished();
+  finish_device_copies(false);
+  updates_.clear();
+  for (int64_t l = 0; l < index_.num_layers(); ++l) {
+    if (tables_[size_t(l)] < 0) continue;
+    for (int64_t e = 0; e < index_.num_experts(); ++e) {
+      const ExpertKey k = index_.key(l, e);
+      const KeyState st = res_.state(k);
+      const int32_t want = st == KeyState::Hot || st == KeyState::Transient ? res_.slot_of(k) : -1;
+      if (want == entry_slot_[k]) continue;
+      entry_slot_[k] = want;
+      const std::byte* at = want >= 0 ? slot_ptr(want) : host_ptr(res_.host_slot_of(k));
+      updates_.push_back({tables_[size_t(l)], int32_t(e), index_.view(k, at)});
+    }
+  }
+  backend_->update_experts(updates_);
+}
+
+void ArenaExperts::after_device_step() {
+  if (!mapped_) return;
+  backend_->to_host(routing_host_.data(), routing_dev_.data(),
+                    routing_host_.size() * sizeof(int32_t));  // waits for the step
+  for (int64_t l = 0; l < index_.num_layers(); ++l)
+    if (tables_[size_t(l)] >= 0)
+      device_step_layer(
+          l, std::span<const int32_t>(routing_host_).subspan(size_t(l * top_k_), size_t(top_k_)));
+}
+
+// One layer of a finished device step, planned and counted as the MoE block
+// acquires it (runtime/moe_block.h: distinct experts in ascending id order,
+// at most max_batch() at a time); the step read an expert still being copied
+// in from the host tier.
+void ArenaExperts::device_step_layer(int64_t layer, std::span<const int32_t> ids) {
+  std::vector<int32_t>& sorted = sorted_ids_;
+  sorted.assign(ids.begin(), ids.end());
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  const size_t batch = size_t(max_batch());
+  for (size_t b0 = 0; b0 < sorted.size(); b0 += batch)
+    device_step_batch(
+        layer, std::span<const int32_t>(sorted).subspan(b0, std::min(batch, sorted.size() - b0)));
+  note_routing(layer, ids, top_k_);
+}
+
+void ArenaExperts::device_step_batch(int64_t layer, std::span<const int32_t> ids) {
+  collect_keys(layer, ids);
+  Plan plan;
+  try {
+    res_.plan(keys_, Phase::Decode, plan);
+  } catch (const Error&) {  // a small arena whose slots are all being copied into
+    res_.abort(plan);
+    plan = Plan{};
+    if (copying_.empty()) throw;
+    finish_device_copies(true);
+    try {
+      res_.plan(keys_, Phase::Decode, plan);
+    } catch (const Error&) {
+      res_.abort(plan);
+      throw;
+    }
+  }
+  check(plan.spills.empty(), "expert arena: a spill from a host tier that holds every expert");
+  for (PlanStep& st : plan.steps) {
+    check(st.found != Tier::Storage, "expert arena: layer {} expert {} in no tier", layer,
+          index_.expert_of(st.key));
+    // Where the step read it: the table named the host copy (an expert still
+    // being copied in, or one committed since) or the arena slot.
+    if (entry_slot_[st.key] < 0) st.found = Tier::Host;
+    st.in_flight = false;
+  }
+  stats_->record(layer, plan, [&](ExpertKey k) { return index_.record(k).bytes; });
+  bool copies = false;
+  for (const PlanStep& st : plan.steps) {
+    last_hit_[st.key] = st.found == Tier::Hot || st.found == Tier::Transient;
+    if (!st.loading) continue;
+    const size_t n = index_.record(st.key).slot_bytes;
+    backend_->to_device_async(slot_ptr(st.slot), host_ptr(st.host_slot), n);
+    stats_->host_copy_bytes += n;
+    copies = true;
+  }
+  if (copies) copying_.push_back(std::move(plan));
+}
+
+}  // namespace moetier

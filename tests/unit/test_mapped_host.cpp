@@ -1,0 +1,133 @@
+// The arena's mapped host tier (experts/arena_experts.h, "Mapped host tier"),
+// run on the CPU through DeviceDouble: decode steps run on device expert
+// tables whose entries name arena slots (device memory, poisoned until
+// copied) or host-tier copies read in place; the Session's calls around each
+// step count the uses and admit experts with overlapped copies. Greedy runs
+// through a Session equal the CPU engine's bit for bit, whatever the arena
+// size, and whether the copies land at once or a step late.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "device_double.h"
+#include "experts/arena_experts.h"
+#include "experts/options.h"
+#include "format/safetensors.h"
+#include "greedy_fixture.h"
+#include "model/architecture.h"
+#include "runtime/mapped_experts.h"
+#include "runtime/session.h"
+
+using namespace moetier;
+using namespace moetier::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kFixtures[] = {"tests/data/fixtures/qwen3moe-bf16",
+                           "tests/data/fixtures/qwen3moe-mxfp4",
+                           "tests/data/fixtures/qwen3moe-sharded", "models/moetier-tiny"};
+
+// Prefill (all logits), then greedy decode steps, through a Session.
+GreedyRun session_run(const Model& m, ExpertProvider& ex, const std::vector<int32_t>& prompt,
+                      int steps) {
+  const int64_t V = m.spec().vocab_size;
+  Session s(m, ex, int64_t(prompt.size()) + steps + 1);
+  ForwardOptions all;
+  all.all_logits = true;
+  GreedyRun t;
+  t.logits.push_back(s.prefill(prompt, all));
+  int32_t next = argmax_of(t.logits.back().data() + (int64_t(prompt.size()) - 1) * V, V);
+  for (int i = 0; i < steps; ++i) {
+    t.tokens.push_back(next);
+    t.logits.push_back(s.decode(next));
+    next = argmax_of(t.logits.back().data(), V);
+  }
+  t.tokens.push_back(next);
+  return t;
+}
+
+std::unique_ptr<ArenaExperts> arena_on(DeviceDouble& dev, const Checkpoint& ck,
+                                       const ModelSpec& cfg, int64_t experts, const char* host,
+                                       ExpertStats& stats) {
+  ExpertOptions o;
+  o.arena_experts = experts;
+  o.host_cache = host;
+  o.quiet = true;
+  return make_expert_provider(ck, cfg, o, &stats, nullptr, &dev);
+}
+
+}  // namespace
+
+TEST(MappedHost, DecodeOnDeviceTablesEqualsTheCpuEngine) {
+  uint32_t seed = 900;
+  for (const char* name : kFixtures) {
+    auto ck = Checkpoint::open(fs::path(MOETIER_SOURCE_DIR) / name);
+    const std::unique_ptr<Model> cpu_model = load_model(*ck);
+    const ModelSpec& cfg = cpu_model->spec();
+    const auto prompt = random_tokens(cfg.vocab_size, 11, seed++);
+    MappedExperts mapped(*ck, cfg);
+    const int kSteps = 10;
+    const GreedyRun ref = greedy_run(*cpu_model, mapped, prompt, kSteps);
+    for (int64_t experts : {int64_t(2), cfg.num_experts}) {
+      for (bool lazy : {false, true}) {
+        const std::string what = std::string(name) + ", arena of " + std::to_string(experts) +
+                                 " experts" + (lazy ? ", copies a step late" : "");
+        DeviceDouble dev;
+        dev.maps_host = true;
+        dev.lazy_copies = lazy;
+        const std::unique_ptr<Model> model = load_model(*ck, dev);
+        ExpertStats stats;
+        auto arena = arena_on(dev, *ck, cfg, experts, "512MiB", stats);
+        ASSERT_TRUE(arena->mapped_host()) << what;
+        for (int64_t l : cfg.moe_layers()) {
+          EXPECT_GE(arena->device_table(l), 0) << what;
+          EXPECT_NE(arena->device_ids(l), nullptr) << what;
+        }
+        expect_identical_runs(ref, session_run(*model, *arena, prompt, kSteps), what);
+        // Every decode step ran on the tables.
+        EXPECT_EQ(dev.moe_resident_calls, uint64_t(kSteps) * cfg.moe_layers().size()) << what;
+        arena->drain();
+        const LayerCounters t = stats.total();
+        EXPECT_EQ(t.misses, 0u) << what;  // every expert is in the host tier
+        EXPECT_EQ(t.hits() + t.misses, t.uses) << what;
+        // Decode steps count k uses per MoE layer; prefill counts distinct experts.
+        EXPECT_GE(t.uses, uint64_t(kSteps * cfg.experts_per_token) * cfg.moe_layers().size())
+            << what;
+        EXPECT_GT(t.hits_host, 0u) << what;             // read in place
+        EXPECT_GT(dev.async_copy_bytes(), 0u) << what;  // admissions copied in
+      }
+    }
+  }
+}
+
+TEST(MappedHost, OnlyWhereItApplies) {
+  auto ck = Checkpoint::open(fs::path(MOETIER_SOURCE_DIR) / kFixtures[1]);
+  const ModelSpec cfg = model_spec(*ck);
+  {
+    DeviceDouble dev;  // a device that cannot read host memory
+    ExpertStats stats;
+    auto a = arena_on(dev, *ck, cfg, 2, "512MiB", stats);
+    EXPECT_FALSE(a->mapped_host());
+    EXPECT_EQ(a->device_table(cfg.moe_layers()[0]), -1);
+    EXPECT_EQ(a->device_ids(cfg.moe_layers()[0]), nullptr);
+  }
+  {
+    DeviceDouble dev;  // a host tier too small for every expert
+    dev.maps_host = true;
+    ExpertStats stats;
+    auto a = arena_on(dev, *ck, cfg, 2, "64KiB", stats);
+    ASSERT_LT(a->residency().config().host_slots, a->index().total_experts());
+    EXPECT_FALSE(a->mapped_host());
+  }
+  {
+    DeviceDouble dev;
+    dev.maps_host = true;
+    ExpertStats stats;
+    auto a = arena_on(dev, *ck, cfg, 2, "512MiB", stats);
+    EXPECT_TRUE(a->mapped_host());
+    // A dense layer (none here) or a layer out of range has no table.
+    EXPECT_EQ(a->device_table(cfg.num_layers), -1);
+    EXPECT_EQ(a->device_ids(-1), nullptr);
+  }
+}
