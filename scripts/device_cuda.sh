@@ -12,6 +12,7 @@
 #   build base_build test ops q30 abdec30            this tree against .carry/base-src.tar.xz
 #   build ops ncu_ops ncu_src                        op times, ncu stalls per kernel and SASS line
 #   build test q30 mapped30                          the host-tier arm, mapped and not
+#   build q30 policy30                               the mapped host-tier arm, lru and lfu
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -169,6 +170,12 @@ step_mapped30() {  # the host-tier arm with the mapped host tier and without, in
       --arena 28% --host-cache 17GiB
     MOETIER_MAPPED_HOST=0 bench_arm "moetier cuda arena 28% + host tier, not mapped" \
       --prompt-tokens 256 --gen 128 --runs 2 --arena 28% --host-cache 17GiB
+  done
+}
+step_policy30() {  # the host-tier arm under each replacement policy
+  for pol in lru lfu; do
+    bench_arm "moetier cuda arena 28% + host tier, policy $pol" --prompt-tokens 256 --gen 128 \
+      --runs 2 --arena 28% --host-cache 17GiB --policy $pol
   done
 }
 step_timing() {  # per-op GPU time (MOETIER_CUDA_TIMING, no graphs) on an 8-layer model
