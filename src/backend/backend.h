@@ -232,13 +232,15 @@ class Backend {
   virtual bool reads_host_memory() const { return false; }
   // Host -> device copies that overlap the ops (CUDA: a second stream): each
   // starts after every op issued before it; the ops issued after it do not
-  // wait for it. copies_done() says whether every such copy issued so far has
-  // finished; wait_copies() blocks until they have. src must stay unchanged
-  // until then. The default copies in stream order (to_device).
-  virtual void to_device_async(void* dst, const void* src, size_t bytes) {
+  // wait for it. It returns the copy's number (increasing; 0: done already);
+  // copy_done(n) says whether copy n and every copy before it have finished,
+  // wait_copies() blocks until all have. src must stay unchanged until then.
+  // The default copies in stream order (to_device) and returns 0.
+  virtual uint64_t to_device_async(void* dst, const void* src, size_t bytes) {
     to_device(dst, src, bytes);
+    return 0;
   }
-  virtual bool copies_done() { return true; }
+  virtual bool copy_done(uint64_t n) { return true; }
   virtual void wait_copies() {}
   // One token's router and resident experts in one call: route_topk(router,
   // x, 1, k, renormalize) into probs [e], ids [k] and weights [k], then

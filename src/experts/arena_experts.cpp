@@ -76,6 +76,7 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
   pf_cost_.assign(index_.num_keys(), 0);
   key_seen_.assign(index_.num_keys(), 0);
   key_pos_.assign(index_.num_keys(), 0);
+  setup_mapped(cfg);  // its reads are set-up: before the counters start
 
   ExpertStats& s = *stats_;
   s.provider = "arena";
@@ -94,7 +95,6 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
   s.resize_layers(size_t(index_.num_layers()));
   s.start_process_io();
   note_fallbacks();
-  setup_mapped(cfg);
 }
 
 ArenaExperts::~ArenaExperts() {

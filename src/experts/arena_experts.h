@@ -58,7 +58,7 @@
 // in place; prefill goes through submit/wait as before. Protocol of a device
 // step (the Session calls both; the owner's thread):
 //   - before_device_step(): commits the host -> arena copies that are done
-//     (Backend::copies_done), and sets every table entry that differs from
+//     (Backend::copy_done, per plan), and sets every table entry that differs from
 //     the residency to it (Backend::update_experts, ordered before the step).
 //     A table thus never names a slot whose bytes are not all there.
 //   - after_device_step(): reads the step's router ids (device_ids) and, per
@@ -215,7 +215,7 @@ class ArenaExperts final : public ExpertProvider {
   // The mapped host tier (arena_mapped.cpp).
   void setup_mapped(const ArenaConfig& cfg);
   void fill_host_tier();
-  void finish_device_copies(bool wait);  // commits copying_ once the copies are done
+  void finish_device_copies(bool wait);  // commits the plans of copying_ whose copies are done
   void device_step_layer(int64_t layer, std::span<const int32_t> ids);
   void device_step_batch(int64_t layer, std::span<const int32_t> ids);  // distinct, ascending
 
@@ -266,9 +266,12 @@ class ArenaExperts final : public ExpertProvider {
   DeviceBuffer routing_dev_;           // [layers, top_k] int32: a device step's router ids
   std::vector<int32_t> routing_host_;  // [layers, top_k] their host copy
   std::vector<int32_t> entry_slot_;    // [num_keys] arena slot the table names, -1: host tier
-  std::vector<Plan> copying_;          // plans whose host -> arena copies are in flight
-  std::vector<Backend::ExpertTableEntry> updates_;  // scratch of before_device_step
-  std::vector<int32_t> sorted_ids_;                 // scratch of device_step_layer
+  // Plans whose host -> arena copies are in flight, oldest first, with the
+  // number of each plan's last copy (Backend::copy_done).
+  std::vector<std::pair<uint64_t, Plan>> copying_;
+  std::vector<std::pair<ExpertKey, int32_t>> changed_;  // scratch of before_device_step
+  std::vector<Backend::ExpertTableEntry> updates_;      // scratch of before_device_step
+  std::vector<int32_t> sorted_ids_;                     // scratch of device_step_layer
   std::unique_ptr<Loader> loader_;  // last: destroyed first (its jobs point into the memory)
 };
 

@@ -93,21 +93,25 @@ int32_t* ArenaExperts::device_ids(int64_t layer) const {
   return routing_dev_.as<int32_t>() + layer * top_k_;
 }
 
+// Commits the plans whose copies are done, oldest first (all of them, after
+// waiting, with `wait`).
 void ArenaExperts::finish_device_copies(bool wait) {
   if (copying_.empty()) return;
-  if (!backend_->copies_done()) {
-    if (!wait) return;
-    backend_->wait_copies();
-  }
-  for (const Plan& p : copying_) res_.commit(p);
-  copying_.clear();
+  if (wait) backend_->wait_copies();
+  size_t i = 0;
+  for (; i < copying_.size() && backend_->copy_done(copying_[i].first); ++i)
+    res_.commit(copying_[i].second);
+  copying_.erase(copying_.begin(), copying_.begin() + int64_t(i));
 }
 
+// The entries that differ from the residency are sent first; entry_slot_
+// changes only once the backend took them.
 void ArenaExperts::before_device_step() {
   if (!mapped_) return;
   reap_finished();
   finish_device_copies(false);
   updates_.clear();
+  changed_.clear();
   for (int64_t l = 0; l < index_.num_layers(); ++l) {
     if (tables_[size_t(l)] < 0) continue;
     for (int64_t e = 0; e < index_.num_experts(); ++e) {
@@ -115,12 +119,13 @@ void ArenaExperts::before_device_step() {
       const KeyState st = res_.state(k);
       const int32_t want = st == KeyState::Hot || st == KeyState::Transient ? res_.slot_of(k) : -1;
       if (want == entry_slot_[k]) continue;
-      entry_slot_[k] = want;
       const std::byte* at = want >= 0 ? slot_ptr(want) : host_ptr(res_.host_slot_of(k));
       updates_.push_back({tables_[size_t(l)], int32_t(e), index_.view(k, at)});
+      changed_.emplace_back(k, want);
     }
   }
   backend_->update_experts(updates_);
+  for (const auto& [k, want] : changed_) entry_slot_[k] = want;
 }
 
 void ArenaExperts::after_device_step() {
@@ -166,26 +171,44 @@ void ArenaExperts::device_step_batch(int64_t layer, std::span<const int32_t> ids
       throw;
     }
   }
-  check(plan.spills.empty(), "expert arena: a spill from a host tier that holds every expert");
+  if (!plan.spills.empty() || std::any_of(plan.steps.begin(), plan.steps.end(),
+                                          [](auto& st) { return st.found == Tier::Storage; })) {
+    res_.abort(plan);
+    fail(
+        "expert arena: layer {}: an expert outside the host tier that holds every expert "
+        "(internal error)",
+        layer);
+  }
   for (PlanStep& st : plan.steps) {
-    check(st.found != Tier::Storage, "expert arena: layer {} expert {} in no tier", layer,
-          index_.expert_of(st.key));
-    // Where the step read it: the table named the host copy (an expert still
-    // being copied in, or one committed since) or the arena slot.
-    if (entry_slot_[st.key] < 0) st.found = Tier::Host;
+    // Where the step read it: its table entry named the host copy (an expert
+    // still being copied in) or an arena slot (a key another layer's plan
+    // has just evicted included).
+    st.found = entry_slot_[st.key] < 0 ? Tier::Host : st.found == Tier::Host ? Tier::Hot : st.found;
     st.in_flight = false;
   }
   stats_->record(layer, plan, [&](ExpertKey k) { return index_.record(k).bytes; });
-  bool copies = false;
-  for (const PlanStep& st : plan.steps) {
+  for (const PlanStep& st : plan.steps)
     last_hit_[st.key] = st.found == Tier::Hot || st.found == Tier::Transient;
-    if (!st.loading) continue;
-    const size_t n = index_.record(st.key).slot_bytes;
-    backend_->to_device_async(slot_ptr(st.slot), host_ptr(st.host_slot), n);
-    stats_->host_copy_bytes += n;
-    copies = true;
+  if (std::none_of(plan.steps.begin(), plan.steps.end(), [](auto& st) { return st.loading; }))
+    return;
+  copying_.emplace_back(0, std::move(plan));  // tracked before any copy is issued
+  auto& [last, p] = copying_.back();
+  try {
+    for (const PlanStep& st : p.steps) {
+      if (!st.loading) continue;
+      const size_t n = index_.record(st.key).slot_bytes;
+      last = backend_->to_device_async(slot_ptr(st.slot), host_ptr(st.host_slot), n);
+      stats_->host_copy_bytes += n;
+    }
+  } catch (...) {  // nothing half-copied may be committed
+    try {
+      backend_->wait_copies();
+    } catch (...) {
+    }
+    res_.abort(p);
+    copying_.pop_back();
+    throw;
   }
-  if (copies) copying_.push_back(std::move(plan));
 }
 
 }  // namespace moetier

@@ -127,11 +127,14 @@ class DeviceDouble final : public Backend {
   // Resident expert tables (the mapped host tier): entries are device views,
   // or host views into alloc_host memory when maps_host (reads_host_memory).
   bool maps_host = false;
-  // Overlapped copies (to_device_async) land one copies_done() query late:
-  // the first query after a copy says no, the next applies them all.
+  // Overlapped copies (to_device_async) land late: a copy is done at the
+  // first copy_done() after the second update_experts() call that follows it
+  // (the next step but one, as the mapped host tier calls them; or at
+  // wait_copies).
   bool lazy_copies = false;
   uint64_t async_copy_bytes() const { return async_bytes_; }
   uint64_t moe_resident_calls = 0;
+  uint64_t async_copies = 0;  // to_device_async calls
 
   bool reads_host_memory() const override { return maps_host; }
   int register_experts(std::span<const ExpertView> views) override {
@@ -139,6 +142,7 @@ class DeviceDouble final : public Backend {
     return int(tables_.size() - 1);
   }
   void update_experts(std::span<const ExpertTableEntry> entries) override {
+    ++clock_;  // the lazy copies' clock: one tick per device step
     for (const ExpertTableEntry& e : entries) {
       check(e.table >= 0 && size_t(e.table) < tables_.size(), "device double: table {}", e.table);
       check(e.id >= 0 && size_t(e.id) < tables_[size_t(e.table)].size(), "device double: entry {}",
@@ -174,21 +178,23 @@ class DeviceDouble final : public Backend {
     b.out = host(out);
     cpu_->expert_batch(b);
   }
-  void to_device_async(void* dst, const void* src, size_t n) override {
+  uint64_t to_device_async(void* dst, const void* src, size_t n) override {
     check(!is_device(src), "device double: to_device_async from a device pointer");
     async_bytes_ += n;
-    if (!lazy_copies) return to_device(dst, src, n);
-    pending_.push_back({dst, src, n});
-    queried_ = false;
+    ++async_copies;
+    if (!lazy_copies) return to_device(dst, src, n), 0;
+    pending_.push_back({dst, src, n, ++issued_, clock_});
+    return issued_;
   }
-  bool copies_done() override {
-    if (pending_.empty()) return true;
-    if (!queried_) return queried_ = true, false;
-    wait_copies();
-    return true;
+  bool copy_done(uint64_t c) override {
+    size_t i = 0;  // land, in order, the copies issued before the last table update
+    for (; i < pending_.size() && pending_[i].clock < clock_; ++i)
+      to_device(pending_[i].dst, pending_[i].src, pending_[i].n), landed_ = pending_[i].id;
+    pending_.erase(pending_.begin(), pending_.begin() + int64_t(i));
+    return c <= landed_;
   }
   void wait_copies() override {
-    for (const Pending& p : pending_) to_device(p.dst, p.src, p.n);
+    for (const Pending& p : pending_) to_device(p.dst, p.src, p.n), landed_ = p.id;
     pending_.clear();
   }
 
@@ -234,13 +240,14 @@ class DeviceDouble final : public Backend {
     void* dst;
     const void* src;
     size_t n;
+    uint64_t id, clock;
   };
 
   std::unique_ptr<Backend> cpu_;
   uint64_t device_bytes_ = 0, to_device_bytes_ = 0, async_bytes_ = 0;
   std::vector<std::vector<ExpertView>> tables_;
-  std::vector<Pending> pending_;
-  bool queried_ = false;
+  std::vector<Pending> pending_;  // oldest first
+  uint64_t issued_ = 0, landed_ = 0, clock_ = 0;
 };
 
 }  // namespace moetier::testing

@@ -29,8 +29,9 @@ const char* kFixtures[] = {"tests/data/fixtures/qwen3moe-bf16",
                            "tests/data/fixtures/qwen3moe-sharded", "models/moetier-tiny"};
 
 // Prefill (all logits), then greedy decode steps, through a Session.
+// `copies` gets the device's overlapped copy count after each step.
 GreedyRun session_run(const Model& m, ExpertProvider& ex, const std::vector<int32_t>& prompt,
-                      int steps) {
+                      int steps, const DeviceDouble& dev, std::vector<uint64_t>& copies) {
   const int64_t V = m.spec().vocab_size;
   Session s(m, ex, int64_t(prompt.size()) + steps + 1);
   ForwardOptions all;
@@ -41,6 +42,7 @@ GreedyRun session_run(const Model& m, ExpertProvider& ex, const std::vector<int3
   for (int i = 0; i < steps; ++i) {
     t.tokens.push_back(next);
     t.logits.push_back(s.decode(next));
+    copies.push_back(dev.async_copies);
     next = argmax_of(t.logits.back().data(), V);
   }
   t.tokens.push_back(next);
@@ -84,7 +86,15 @@ TEST(MappedHost, DecodeOnDeviceTablesEqualsTheCpuEngine) {
           EXPECT_GE(arena->device_table(l), 0) << what;
           EXPECT_NE(arena->device_ids(l), nullptr) << what;
         }
-        expect_identical_runs(ref, session_run(*model, *arena, prompt, kSteps), what);
+        std::vector<uint64_t> copies{0, 0};  // after each step
+        expect_identical_runs(ref, session_run(*model, *arena, prompt, kSteps, dev, copies), what);
+        // Copies are committed as they land, not only when the arena runs dry:
+        // only the last step's admissions (and the step before's, when copies
+        // land late) may still be loading.
+        size_t loading = 0;
+        for (size_t k = 0; k < arena->index().num_keys(); ++k)
+          loading += arena->residency().state(ExpertKey(k)) == KeyState::Loading;
+        EXPECT_LE(loading, copies.back() - copies[copies.size() - (lazy ? 3 : 2)]) << what;
         // Every decode step ran on the tables.
         EXPECT_EQ(dev.moe_resident_calls, uint64_t(kSteps) * cfg.moe_layers().size()) << what;
         arena->drain();

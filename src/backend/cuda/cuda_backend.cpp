@@ -79,7 +79,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   unified_addressing_ = p.unifiedAddressing != 0;
   cuda_check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream");
-  for (cudaEvent_t* e : {&copy_start_, &copies_done_, &writes_done_})
+  for (cudaEvent_t* e : {&copy_start_, &writes_done_})
     cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
   sync_ = alloc(sizeof(Sync));
   cuda_check(cudaMemsetAsync(sync_.data(), 0, sizeof(Sync), stream_), "block counters");
@@ -136,8 +136,10 @@ CudaBackend::~CudaBackend() {
   copy_stream_ = nullptr;
   if (writes_done_) cudaEventSynchronize(writes_done_);
   writes_host_.reset();
-  for (cudaEvent_t e : {copy_start_, copies_done_, writes_done_})
+  for (cudaEvent_t e : {copy_start_, writes_done_})
     if (e) cudaEventDestroy(e);
+  for (const auto& c : copy_events_) cudaEventDestroy(c.second);
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
@@ -195,23 +197,42 @@ void CudaBackend::to_device(void* dst, const void* src, size_t n) {
   cudaGetLastError();
 }
 
-void CudaBackend::to_device_async(void* dst, const void* src, size_t n) {
+uint64_t CudaBackend::to_device_async(void* dst, const void* src, size_t n) {
   check(!recording_, "cuda graph: an overlapped copy while recording a decode step");
   cuda_check(cudaEventRecord(copy_start_, stream_), "copy order");
   cuda_check(cudaStreamWaitEvent(copy_stream_, copy_start_, 0), "copy order");
   cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, copy_stream_),
              "overlapped copy to device");
-  cuda_check(cudaEventRecord(copies_done_, copy_stream_), "copy done");
+  cudaEvent_t e = nullptr;
+  if (free_events_.empty()) {
+    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  } else {
+    e = free_events_.back();
+    free_events_.pop_back();
+  }
+  copy_events_.emplace_back(++copies_issued_, e);  // owned by the list before the record
+  cuda_check(cudaEventRecord(e, copy_stream_), "copy done");
+  return copies_issued_;
 }
 
-bool CudaBackend::copies_done() {
-  const cudaError_t e = cudaEventQuery(copies_done_);
-  if (e == cudaErrorNotReady) return false;
-  cuda_check(e, "overlapped copies");
-  return true;
+bool CudaBackend::copy_done(uint64_t n) {
+  while (!copy_events_.empty() && copies_seen_done_ < n) {
+    const cudaError_t r = cudaEventQuery(copy_events_.front().second);
+    if (r == cudaErrorNotReady) break;
+    cuda_check(r, "overlapped copies");
+    copies_seen_done_ = copy_events_.front().first;
+    free_events_.push_back(copy_events_.front().second);
+    copy_events_.pop_front();
+  }
+  return n <= copies_seen_done_ || copy_events_.empty();
 }
 
-void CudaBackend::wait_copies() { cuda_check(cudaEventSynchronize(copies_done_), "copy wait"); }
+void CudaBackend::wait_copies() {
+  cuda_check(cudaStreamSynchronize(copy_stream_), "copy wait");
+  for (const auto& c : copy_events_) free_events_.push_back(c.second);
+  copy_events_.clear();
+  copies_seen_done_ = copies_issued_;
+}
 
 void CudaBackend::to_host(void* dst, const void* src, size_t n) {
   cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "copy to host");

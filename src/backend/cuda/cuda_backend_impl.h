@@ -4,6 +4,7 @@
 
 #include <cublas_v2.h>
 
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -123,8 +124,8 @@ class CudaBackend final : public Backend {
   int register_experts(std::span<const ExpertView> views) override;
   void update_experts(std::span<const ExpertTableEntry> entries) override;
   bool reads_host_memory() const override { return unified_addressing_; }
-  void to_device_async(void* dst, const void* src, size_t n) override;
-  bool copies_done() override;
+  uint64_t to_device_async(void* dst, const void* src, size_t n) override;
+  bool copy_done(uint64_t n) override;
   void wait_copies() override;
   void moe_resident(int table, const int32_t* ids, const float* weights, int64_t k, const float* x,
                     int64_t hidden, int64_t intermediate, float* out) override;
@@ -178,9 +179,13 @@ class CudaBackend final : public Backend {
   DeviceBuffer writes_host_;  // [capacity] cuda::TableWrite
   cudaEvent_t writes_done_ = nullptr;
   // to_device_async: the copy stream; copy_start_ orders each copy after the
-  // ops before it, copies_done_ marks the last copy issued.
+  // ops before it; copy_events_ holds (number, event recorded after it) of
+  // the copies not seen done yet, oldest first; done events are reused.
   cudaStream_t copy_stream_ = nullptr;
-  cudaEvent_t copy_start_ = nullptr, copies_done_ = nullptr;
+  cudaEvent_t copy_start_ = nullptr;
+  std::deque<std::pair<uint64_t, cudaEvent_t>> copy_events_;
+  std::vector<cudaEvent_t> free_events_;
+  uint64_t copies_issued_ = 0, copies_seen_done_ = 0;
   bool unified_addressing_ = false;
   Scratch prep_, q8_;
   const Table& table_at(int table, int64_t k) const;
