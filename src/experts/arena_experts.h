@@ -121,9 +121,8 @@ struct ArenaConfig {
   bool prefault = true;    // pre-fault the tiers' host memory at set-up (see "Set-up")
   bool huge_pages = true;  // with it, ask for transparent huge pages (host arena)
   // The mapped host tier (see "Mapped host tier" above): the router's top-k
-  // (0: off), and whether to use it where it applies.
+  // (0: off; MOETIER_MAPPED_HOST=0 turns it off too).
   int64_t top_k = 0;
-  bool mapped_host = true;
   // One-line notes the CLI may print (an O_DIRECT fallback); null: none.
   std::function<void(const std::string&)> note;
 };

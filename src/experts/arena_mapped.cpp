@@ -18,7 +18,7 @@ namespace moetier {
 // MOETIER_MAPPED_HOST=0 keeps every decode step on submit/wait (A/B runs).
 void ArenaExperts::setup_mapped(const ArenaConfig& cfg) {
   const char* env = std::getenv("MOETIER_MAPPED_HOST");
-  if (!cfg.mapped_host || (env && std::string(env) == "0")) return;
+  if (env && std::string(env) == "0") return;
   if (!device_ || !backend_->reads_host_memory() || cfg.top_k < 1 ||
       cfg.top_k > index_.num_experts() || cfg.host_slots < index_.total_experts())
     return;

@@ -27,13 +27,10 @@ void Session::drop_graph() {
   graph_ = -1;
 }
 
+// A graph records a one-token step on the device tables.
 bool Session::graphable(const ForwardOptions& opt) const {
-  if (graphs_off_ || !model_->backend().supports_graphs() || opt.all_logits || opt.device_logits ||
-      (opt.observer && *opt.observer))
-    return false;
-  for (int64_t l : model_->spec().moe_layers())
-    if (experts_->device_table(l) < 0) return false;
-  return true;
+  return !graphs_off_ && model_->backend().supports_graphs() && !opt.all_logits &&
+         !opt.device_logits && on_device_tables(1, opt);
 }
 
 bool Session::on_device_tables(size_t n, const ForwardOptions& opt) const {

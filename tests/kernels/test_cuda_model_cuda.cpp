@@ -45,6 +45,21 @@ std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, int64
   return out;
 }
 
+// Two prompts through both engines: the same n greedy tokens, and
+// last-prompt-position logits within 1e-4.
+void expect_same_greedy(Engine& cpu, Engine& gpu, const Tokenizer& tok, int64_t n,
+                        const std::string& what) {
+  for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                        "It is a truth universally acknowledged, that a single man"}) {
+    const auto ids = tok.encode(p);
+    std::vector<float> lc, lg;
+    const auto tc = greedy(cpu, ids, n, &lc);
+    const auto tg = greedy(gpu, ids, n, &lg);
+    EXPECT_EQ(tg, tc) << p << what;
+    EXPECT_LE(max_rel_diff(lg, lc), 1e-4) << p << what;
+  }
+}
+
 }  // namespace
 
 TEST(CudaModel, GoldenFixturesMatchTransformers) {
@@ -84,15 +99,7 @@ TEST(CudaModel, EmbeddedModelMatchesCpuEngine) {
   const Tokenizer tok = Tokenizer::load(dir);
   auto cpu = engine(dir, "cpu");
   auto gpu = engine(dir, "cuda");
-  for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
-                        "It is a truth universally acknowledged, that a single man"}) {
-    const auto ids = tok.encode(p);
-    std::vector<float> lc, lg;
-    const auto tc = greedy(*cpu, ids, 24, &lc);
-    const auto tg = greedy(*gpu, ids, 24, &lg);
-    EXPECT_EQ(tg, tc) << p;
-    EXPECT_LE(max_rel_diff(lg, lc), 1e-4) << p;
-  }
+  expect_same_greedy(*cpu, *gpu, tok, 24, "");
 }
 
 // Decode graphs (recorded on the second decode step, replayed after) give the
@@ -168,15 +175,7 @@ TEST(CudaModel, MappedHostTierWithTwoExpertArenaChangesNoToken) {
   ASSERT_TRUE(mapped) << "the arena did not take the mapped host tier";
   for (const char* graphs : {"1", "0"}) {
     ::setenv("MOETIER_GRAPHS", graphs, 1);
-    for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
-                          "It is a truth universally acknowledged, that a single man"}) {
-      const auto ids = tok.encode(p);
-      std::vector<float> lc, lg;
-      const auto tc = greedy(*cpu, ids, 32, &lc);
-      const auto tg = greedy(*gpu, ids, 32, &lg);
-      EXPECT_EQ(tg, tc) << p << " graphs " << graphs;
-      EXPECT_LE(max_rel_diff(lg, lc), 1e-4) << p;
-    }
+    expect_same_greedy(*cpu, *gpu, tok, 32, std::string(", MOETIER_GRAPHS=") + graphs);
   }
   ::unsetenv("MOETIER_GRAPHS");
   const LayerCounters t = gpu->stats().total();

@@ -11,11 +11,11 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "cpu_reference.h"
 #include "device_double.h"
 #include "experts/arena_experts.h"
 #include "experts/options.h"
 #include "format/safetensors.h"
-#include "greedy_fixture.h"
 #include "io/fault.h"
 #include "model/architecture.h"
 #include "prefetch_fixture.h"
@@ -26,10 +26,6 @@ using namespace moetier::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-const char* kFixtures[] = {"tests/data/fixtures/qwen3moe-bf16",
-                           "tests/data/fixtures/qwen3moe-mxfp4",
-                           "tests/data/fixtures/qwen3moe-sharded", "models/moetier-tiny"};
 
 fs::path fixture(const char* name) {
   return fs::path(MOETIER_SOURCE_DIR) / "tests/data/fixtures" / name;
@@ -91,15 +87,14 @@ std::string acquire_error(ArenaExperts& a, int64_t layer, std::vector<int32_t> i
 
 TEST(ExpertDevice, ArenaOnTheDeviceEqualsAllResident) {
   uint32_t seed = 500;
-  for (const char* name : kFixtures) {
-    auto ck = Checkpoint::open(fs::path(MOETIER_SOURCE_DIR) / name);
-    const std::unique_ptr<Model> cpu_model = load_model(*ck);
-    const ModelSpec& cfg = cpu_model->spec();
-    const auto prompt = random_tokens(cfg.vocab_size, 13, seed++);
-    MappedExperts mapped(*ck, cfg);
-    const GreedyRun ref = greedy_run(*cpu_model, mapped, prompt, 8);
+  for (const char* name : kGreedyFixtures) {
+    const CpuReference cr = cpu_reference(name, 13, seed++, 8);
+    const Checkpoint& ck = *cr.ck;
+    const ModelSpec& cfg = cr.spec();
+    const GreedyRun& ref = cr.run;
+    const auto& prompt = cr.prompt;
     DeviceDouble dev;
-    const std::unique_ptr<Model> model = load_model(*ck, dev);
+    const std::unique_ptr<Model> model = load_model(ck, dev);
     struct Variant {
       const char* arena;
       int64_t transient;
@@ -117,7 +112,7 @@ TEST(ExpertDevice, ArenaOnTheDeviceEqualsAllResident) {
       o.host_cache = v.host;
       o.quiet = true;
       ExpertStats stats;
-      auto arena = make_expert_provider(*ck, cfg, o, &stats, nullptr, &dev);
+      auto arena = make_expert_provider(ck, cfg, o, &stats, nullptr, &dev);
       ASSERT_TRUE(arena->device_slots());
       const uint64_t copied = dev.to_device_bytes();
       if (v.prefetch) {

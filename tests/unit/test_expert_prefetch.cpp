@@ -7,10 +7,10 @@
 
 #include <filesystem>
 
+#include "cpu_reference.h"
 #include "experts/arena_experts.h"
 #include "experts/options.h"
 #include "format/safetensors.h"
-#include "greedy_fixture.h"
 #include "prefetch_fixture.h"
 #include "runtime/mapped_experts.h"
 
@@ -18,23 +18,15 @@ using namespace moetier;
 using namespace moetier::testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-const char* kFixtures[] = {"tests/data/fixtures/qwen3moe-bf16",
-                           "tests/data/fixtures/qwen3moe-mxfp4",
-                           "tests/data/fixtures/qwen3moe-sharded", "models/moetier-tiny"};
-
-}  // namespace
-
 TEST(ExpertPrefetch, RandomHintsChangeNoLogit) {
   uint32_t seed = 300;
-  for (const char* name : kFixtures) {
-    auto ck = Checkpoint::open(fs::path(MOETIER_SOURCE_DIR) / name);
-    const std::unique_ptr<Model> model = load_model(*ck);
-    const ModelSpec& cfg = model->spec();
-    const auto prompt = random_tokens(cfg.vocab_size, 13, seed++);
-    MappedExperts mapped(*ck, cfg);
-    const GreedyRun ref = greedy_run(*model, mapped, prompt, 10);
+  for (const char* name : kGreedyFixtures) {
+    const CpuReference cr = cpu_reference(name, 13, seed++, 10);
+    const Checkpoint& ck = *cr.ck;
+    const Model& model = *cr.model;
+    const ModelSpec& cfg = cr.spec();
+    const GreedyRun& ref = cr.run;
+    const auto& prompt = cr.prompt;
     struct Variant {
       const char* arena;
       int64_t transient;
@@ -52,9 +44,9 @@ TEST(ExpertPrefetch, RandomHintsChangeNoLogit) {
       o.policy = v.policy;
       o.quiet = true;
       ExpertStats stats;
-      auto arena = make_expert_provider(*ck, cfg, o, &stats);
+      auto arena = make_expert_provider(ck, cfg, o, &stats);
       RandomPrefetch hinted(*arena, seed++);
-      expect_identical_runs(ref, greedy_run(*model, hinted, prompt, 10), what);
+      expect_identical_runs(ref, greedy_run(model, hinted, prompt, 10), what);
       arena->drain();
       const LayerCounters t = stats.total();
       const PrefetchCounters& f = stats.prefetch;

@@ -9,11 +9,11 @@
 
 #include <filesystem>
 
+#include "cpu_reference.h"
 #include "device_double.h"
 #include "experts/arena_experts.h"
 #include "experts/options.h"
 #include "format/safetensors.h"
-#include "greedy_fixture.h"
 #include "model/architecture.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/session.h"
@@ -23,10 +23,6 @@ using namespace moetier::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-const char* kFixtures[] = {"tests/data/fixtures/qwen3moe-bf16",
-                           "tests/data/fixtures/qwen3moe-mxfp4",
-                           "tests/data/fixtures/qwen3moe-sharded", "models/moetier-tiny"};
 
 // Prefill (all logits), then greedy decode steps, through a Session.
 // `copies` gets the device's overlapped copy count after each step.
@@ -63,14 +59,13 @@ std::unique_ptr<ArenaExperts> arena_on(DeviceDouble& dev, const Checkpoint& ck,
 
 TEST(MappedHost, DecodeOnDeviceTablesEqualsTheCpuEngine) {
   uint32_t seed = 900;
-  for (const char* name : kFixtures) {
-    auto ck = Checkpoint::open(fs::path(MOETIER_SOURCE_DIR) / name);
-    const std::unique_ptr<Model> cpu_model = load_model(*ck);
-    const ModelSpec& cfg = cpu_model->spec();
-    const auto prompt = random_tokens(cfg.vocab_size, 11, seed++);
-    MappedExperts mapped(*ck, cfg);
-    const int kSteps = 10;
-    const GreedyRun ref = greedy_run(*cpu_model, mapped, prompt, kSteps);
+  const int kSteps = 10;
+  for (const char* name : kGreedyFixtures) {
+    const CpuReference cr = cpu_reference(name, 11, seed++, kSteps);
+    const Checkpoint& ck = *cr.ck;
+    const ModelSpec& cfg = cr.spec();
+    const GreedyRun& ref = cr.run;
+    const auto& prompt = cr.prompt;
     for (int64_t experts : {int64_t(2), cfg.num_experts}) {
       for (bool lazy : {false, true}) {
         const std::string what = std::string(name) + ", arena of " + std::to_string(experts) +
@@ -78,9 +73,9 @@ TEST(MappedHost, DecodeOnDeviceTablesEqualsTheCpuEngine) {
         DeviceDouble dev;
         dev.maps_host = true;
         dev.lazy_copies = lazy;
-        const std::unique_ptr<Model> model = load_model(*ck, dev);
+        const std::unique_ptr<Model> model = load_model(ck, dev);
         ExpertStats stats;
-        auto arena = arena_on(dev, *ck, cfg, experts, "512MiB", stats);
+        auto arena = arena_on(dev, ck, cfg, experts, "512MiB", stats);
         ASSERT_TRUE(arena->mapped_host()) << what;
         for (int64_t l : cfg.moe_layers()) {
           EXPECT_GE(arena->device_table(l), 0) << what;
@@ -112,7 +107,7 @@ TEST(MappedHost, DecodeOnDeviceTablesEqualsTheCpuEngine) {
 }
 
 TEST(MappedHost, OnlyWhereItApplies) {
-  auto ck = Checkpoint::open(fs::path(MOETIER_SOURCE_DIR) / kFixtures[1]);
+  auto ck = Checkpoint::open(fs::path(MOETIER_SOURCE_DIR) / kGreedyFixtures[1]);
   const ModelSpec cfg = model_spec(*ck);
   {
     DeviceDouble dev;  // a device that cannot read host memory
