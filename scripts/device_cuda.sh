@@ -13,11 +13,13 @@
 #   build ops ncu_ops ncu_src                        op times, ncu stalls per kernel and SASS line
 #   build test q30 mapped30                          the host-tier arm, mapped and not
 #   build q30 policy30                               the mapped host-tier arm, lru and lfu
+#   probe                                            the MoE kernels side by side (moe_probe)
+#   bins test q30 bench30                            carried binaries (B=build), no build here
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-B=build-gpu
+B=${B:-build-gpu}
 step_build() {
   for f in .carry/debs/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
   ldconfig
@@ -28,6 +30,27 @@ step_build() {
       test_golden_qwen3 cuda_ops_bench >>"$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
   echo "build: $((SECONDS - t0)) s"
+}
+# Binaries built on the dev machine (scripts/pack_device_bins.sh) instead of
+# a build here: .carry/bins.tar.xz unpacked into $B, the Debian runtime
+# libraries in .carry/debs unpacked, and the source path the tests were built
+# with (MOETIER_SOURCE_DIR) pointed at this tree.
+step_bins() {
+  for f in .carry/debs/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
+  ldconfig
+  local src; src=$(cat .carry/bins-source-dir 2>/dev/null)
+  if [ -n "$src" ] && [ "$src" != "$PWD" ]; then mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; fi
+  tar -xJf .carry/bins.tar.xz -C . || return 1
+  ldd $B/src/tools/moetier | grep "not found" && return 1
+  echo "bins: $(cat .carry/bins-commit 2>/dev/null)"
+}
+step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carried or built here
+  local p=.carry/probe/moe_probe
+  if [ ! -x $p ]; then
+    p=/tmp/moe_probe
+    nvcc -O3 -std=c++20 -arch=sm_90 -Isrc -DMOETIER_CUDA_MIN_ARCH=90 bench/moe_probe.cu -o $p || return 1
+  fi
+  timeout ${PROBE_TIMEOUT:-240} $p 2>&1 | tee "$OUT/moe_probe.txt"
 }
 step_test() {
   for t in test_backend_cuda test_cuda_ops_cuda test_cuda_model_cuda test_golden_qwen3; do

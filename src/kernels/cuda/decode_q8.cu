@@ -29,10 +29,15 @@
 // after its own grid_wait, which returned once its predecessor completed and
 // its writes were flushed. Without `early` everything is read after the wait.
 #include <cfloat>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/moe_stream.cuh"
+#include "kernels/cuda/q8.cuh"
 
 namespace moetier::cuda {
 namespace {
@@ -40,17 +45,6 @@ namespace {
 constexpr int kQuantThreads = 128;
 constexpr int kGateWarps = 8, kGateRows = 4;  // 32 rows of h per block
 constexpr int kDownWarps = 4, kDownRows = 2, kDownItems = 6;
-
-// One q8 block in memory: codes q[32] then -q[32] as 4 x int4 (its scale d
-// is stored apart, in an array of floats).
-struct Q8x {
-  int4 p0, p1, n0, n1;
-};
-
-__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
-  return (uint32_t(a) & 0xffu) | (uint32_t(b) & 0xffu) << 8 | (uint32_t(c) & 0xffu) << 16 |
-         uint32_t(d) << 24;
-}
 
 // 16 bytes global -> shared, asynchronously (L2 only); committed as one group
 // per pass (cp_async_commit), waited for with cp_async_wait<N> (all of this
@@ -73,92 +67,6 @@ __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
-}
-
-// Quantizes v[32] (one lane's block) into dst; returns d (NaN if any v is
-// not finite, whose codes are then 0).
-__device__ __forceinline__ float quantize32(const float (&v)[32], Q8x* dst) {
-  float amax = 0.0f;
-  bool finite = true;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(v[j])), finite = finite && isfinite(v[j]);
-  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  uint32_t p[8], n[8];
-#pragma unroll
-  for (int w = 0; w < 8; ++w) {
-    int q[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = finite ? __float2int_rn(v[4 * w + j] * id) : 0;
-    p[w] = pack4(q[0], q[1], q[2], q[3]);
-    n[w] = pack4(-q[0], -q[1], -q[2], -q[3]);
-  }
-  dst->p0 = make_int4(int(p[0]), int(p[1]), int(p[2]), int(p[3]));
-  dst->p1 = make_int4(int(p[4]), int(p[5]), int(p[6]), int(p[7]));
-  dst->n0 = make_int4(int(n[0]), int(n[1]), int(n[2]), int(n[3]));
-  dst->n1 = make_int4(int(n[4]), int(n[5]), int(n[6]), int(n[7]));
-  return finite ? amax / 127.0f : __int_as_float(0x7fc00000);
-}
-
-// One q8 block from the 32 lanes' values (lane j holds v[j]): lane j writes
-// byte j of the codes and of their negations; every lane returns d.
-__device__ __forceinline__ float quantize_warp(float v, Q8x* dst) {
-  float amax = fabsf(v);
-  bool finite = isfinite(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    finite = __shfl_xor_sync(0xffffffffu, int(finite), o) && finite;
-  }
-  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  const int q = finite ? __float2int_rn(v * id) : 0;
-  auto* b = reinterpret_cast<int8_t*>(dst);
-  const int lane = int(threadIdx.x & 31);
-  b[lane] = int8_t(q), b[32 + lane] = int8_t(-q);
-  return finite ? amax / 127.0f : __int_as_float(0x7fc00000);
-}
-
-// prmt without __byte_perm's masking of the selector (every nibble here is < 8).
-__device__ __forceinline__ int prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return int(d);
-}
-// Integer dot of the 8 codes of one word w of an MXFP4 chunk (nibble k =
-// column 8j + k) with the q8 block's words 2j, 2j + 1 (p) and their
-// negations (n), added to s: magnitudes by permuting a table of the 8 e2m1
-// magnitudes (doubled: 0 1 2 3 4 6 8 12), signs by picking each activation
-// byte from the codes or their negations.
-__device__ __forceinline__ int word_dot(uint32_t w, int2 p, int2 n, int s) {
-  constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
-  const uint32_t idx = w & 0x77777777u, sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
-  s = __dp4a(prmt(kMag0, kMag1, idx), prmt(uint32_t(p.x), uint32_t(n.x), sel), s);
-  return __dp4a(prmt(kMag0, kMag1, idx >> 16), prmt(uint32_t(p.y), uint32_t(n.y), sel >> 16), s);
-}
-
-// is[r] = integer dot of chunk q[r] (16 bytes: 32 columns) of R rows with one
-// q8 block xv [8] (4 words of codes, 4 of negations as int2), read a word
-// pair at a time so that only 4 of its 16 words are live.
-template <int R>
-__device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, int (&is)[R]) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) is[r] = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int2 p = __ldg(xv + j), n = __ldg(xv + 4 + j);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t w = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
-      is[r] = word_dot(w, p, n, is[r]);
-    }
-  }
-}
-
-// Half the e8m0 scale (the codes hold 2 e2m1), without branches: 2^(e - 128),
-// (e - 1) << 23 for e in [2, 254], the subnormals 2^-128 and 2^-127 for 0 and
-// 1, NaN for 0xff (kernels/cpu/q8.h's e8m0_half).
-__device__ __forceinline__ float e8m0_half(uint32_t e) {
-  const uint32_t b = e <= 1 ? 0x00200000u << e : (e - 1) << 23;
-  return __uint_as_float(e == 0xffu ? 0x7fc00000u : b);
 }
 
 // Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb].
@@ -325,9 +233,10 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 
 }  // namespace
 
+// moe_decode_q8: x and h as q8 blocks and their scales; moe_decode_stream: x as
+// q8 (128-byte aligned), then h [k, inter] as f32 (twice the bytes of h's q8 blocks).
 size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter) {
-  const int64_t blocks = hidden / 32 + k * (inter / 32);
-  return size_t(blocks) * (sizeof(Q8x) + sizeof(float)) + 16;
+  return align128(size_t(hidden / 32) * (sizeof(Q8x) + sizeof(float))) + size_t(k * inter) * 4 + 16;
 }
 
 bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t inter) {
@@ -357,6 +266,100 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
   launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
          kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, e);
+  return true;
+}
+
+namespace {
+
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return n;
+}
+
+// Raises a kernel's dynamic shared-memory limit to `bytes` once (not per
+// launch: launches are captured into graphs).
+template <typename K>
+bool smem_allowed(K kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::vector<std::pair<const void*, size_t>> set;  // kernel -> limit set
+  const std::lock_guard<std::mutex> lock(mu);
+  const void* key = reinterpret_cast<const void*>(kernel);
+  for (auto& [k, b] : set)
+    if (k == key && bytes <= b) return true;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
+      cudaSuccess)
+    return false;
+  set.emplace_back(key, bytes);
+  return true;
+}
+
+// The ring depth (stages per warp) that fits `budget` bytes beside the q8
+// blocks; 0 where not even one fits.
+int ring_depth(size_t sb, int64_t nq, size_t budget) {
+  int p = 1;
+  while (p < 32 && stream_smem_bytes(sb, p + 1, nq) <= budget) ++p;
+  return stream_smem_bytes(sb, p, nq) <= budget ? p : 0;
+}
+
+using GateUpKernel = void (*)(const ExpertPtrs*, const int32_t*, const void*, int, int, int, float*,
+                              int, int);
+using DownKernel = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const float*, int,
+                            int, float*, int, int);
+GateUpKernel gate_up_kernel(int64_t nb) {
+  if (nb <= 32) return moe_gate_up_stream_kernel<1>;
+  if (nb <= 64) return moe_gate_up_stream_kernel<2>;
+  if (nb <= 128) return moe_gate_up_stream_kernel<4>;
+  return moe_gate_up_stream_kernel<8>;
+}
+template <int NU>
+DownKernel down_kernel_f(int64_t nq) {
+  if (nq * 8 <= 2 * kStreamThreads) return moe_down_stream_kernel<NU, 2>;
+  if (nq * 8 <= 4 * kStreamThreads) return moe_down_stream_kernel<NU, 4>;
+  return moe_down_stream_kernel<NU, 8>;
+}
+DownKernel down_kernel(int64_t nch, int64_t nq) {
+  if (nch <= 32) return down_kernel_f<1>(nq);
+  if (nch <= 64) return down_kernel_f<2>(nq);
+  return down_kernel_f<4>(nq);
+}
+
+}  // namespace
+
+bool moe_stream_applies(WeightEncoding enc, bool bulk, int k, int64_t hidden, int64_t inter) {
+  return bulk && moe_q8_applies(enc, true, k, hidden, inter) && hidden % 512 == 0 &&
+         inter % 256 == 0 && hidden <= 8192 && inter <= 4096 &&
+         k * (inter / 32) * 8 <= 8 * kStreamThreads;
+}
+
+bool moe_decode_stream(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
+                       const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
+                       void* scratch, float* out, bool early, cudaStream_t s,
+                       const StreamConfig& cfg) {
+  if (!moe_stream_applies(enc, bulk, k, hidden, inter)) return false;
+  static const int sms = sm_count();
+  const int grid = cfg.grid > 0 ? cfg.grid : sms;
+  const int64_t nb = hidden / 32, nch = inter / 32, nq = k * nch;
+  const size_t gsb = gu_stage_bytes(nb), dsb = dn_stage_bytes(nch);
+  const int gp = ring_depth(gsb, nb, cfg.budget), dp = ring_depth(dsb, nq, cfg.down_budget);
+  if (grid <= 0 || gp == 0 || dp == 0) return false;
+  const size_t gsm = stream_smem_bytes(gsb, gp, nb), dsm = stream_smem_bytes(dsb, dp, nq);
+  const GateUpKernel gk = gate_up_kernel(nb);
+  const DownKernel dk = down_kernel(nch, nq);
+  if (!smem_allowed(gk, gsm) || !smem_allowed(dk, dsm)) return false;
+  // scratch: x as q8t [nb], then h [k, inter] f32
+  float* h = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + align128(q8t_bytes(nb)));
+  const int e = early ? 1 : 0;
+  if (cfg.parts & 1)
+    launch(quantize_q8t_kernel, unsigned((nb + 127) / 128), 128, 0, s, x, int(nb), scratch, e);
+  if (cfg.parts & 2)
+    launch(gk, unsigned(grid), kStreamThreads, gsm, s, table, ids,
+           static_cast<const void*>(scratch), int(hidden), int(inter), k, h, gp, e);
+  if (cfg.parts & 4)
+    launch(dk, unsigned(grid), kStreamThreads, dsm, s, table, ids, weights, k,
+           static_cast<const float*>(h), int(hidden), int(inter), out, dp, e);
   return true;
 }
 

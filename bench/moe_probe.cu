@@ -1,0 +1,349 @@
+// moe_probe: the resident MoE decode step's kernels side by side at real
+// shapes (Qwen3-30B-A3B: hidden 2048, 128 experts of 768, top-8;
+// DeepSeek-V4-Flash experts: hidden 4096, 256 of 2048, top-6), without the
+// engine: decode_q8.cu's register kernels, the bulk-copy stream kernels
+// (moe_stream.cuh) under a few grid / shared-memory budgets, and a plain read
+// of the same bytes (the bound of this access pattern). Each timed call uses
+// another random expert set (64 sets in a CUDA graph, replayed), so the
+// weights come from HBM, not L2. Outputs are compared with decode_q8.cu's by
+// max |diff| / max |ref| (the same integer sums; only the f32 order differs).
+// Also: the stream kernels reading experts in pinned host memory.
+// Build: nvcc -O3 -std=c++20 -arch=sm_90 -Isrc -DMOETIER_CUDA_MIN_ARCH=90
+//   bench/moe_probe.cu -o moe_probe  (scripts/device_cuda.sh step probe).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/decode_q8.cu"
+
+namespace moetier::cuda {
+bool pdl_enabled() { return true; }
+}  // namespace moetier::cuda
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+namespace probe {
+using namespace moetier;
+using namespace moetier::cuda;
+
+__global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, int lo, int span) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 40503u;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    p[i] = uint8_t(span ? lo + int(h % uint32_t(span)) : int(h & 0xffu));
+  }
+}
+
+// The bound of the access pattern: every byte of the call's matrices read
+// once, 4 x 16 bytes per thread in flight. segs [n]: pointer, bytes (multiple of 64).
+struct Seg {
+  const uint4* p;
+  size_t n16;
+};
+__global__ void read_segs(const Seg* segs, uint32_t* sink) {
+  const Seg sg = segs[blockIdx.y];
+  uint32_t acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < sg.n16; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      v[u] = i + u * stride < sg.n16 ? __ldg(sg.p + i + u * stride) : uint4{};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+}
+
+struct Shape {
+  const char* name;
+  int H, I, E, k, layers;
+};
+
+constexpr int kCalls = 64;
+
+struct Model {
+  Shape sh;
+  uint8_t* pool = nullptr;
+  std::vector<ExpertPtrs> host_table;
+  ExpertPtrs* table = nullptr;  // [layers * E]
+  int32_t* ids = nullptr;       // [kCalls][k] (global expert index)
+  float* weights = nullptr;     // [kCalls][k]
+  float* x = nullptr;           // [kCalls][H]
+  Seg* segs = nullptr;          // [kCalls][6k]
+  size_t bytes_per_call = 0;
+};
+
+size_t up256(size_t b) { return (b + 255) / 256 * 256; }
+
+Model make_model(const Shape& sh, std::mt19937& rng) {
+  Model m{sh};
+  const size_t H = size_t(sh.H), I = size_t(sh.I);
+  const size_t code[3] = {I * H / 2, I * H / 2, H * I / 2},
+               sc[3] = {I * H / 32, I * H / 32, H * I / 32};
+  size_t per = 0;
+  for (int j = 0; j < 3; ++j) per += up256(code[j]) + up256(sc[j]);
+  const size_t n = size_t(sh.layers) * size_t(sh.E);
+  CK(cudaMalloc(&m.pool, per * n));
+  for (size_t e = 0; e < n; ++e) {
+    ExpertPtrs p{};
+    uint8_t* b = m.pool + e * per;
+    for (int j = 0; j < 3; ++j) {
+      p.w[j] = b, b += up256(code[j]);
+      p.s[j] = b;
+      fill_bytes<<<256, 256>>>(b, sc[j], uint32_t(e * 7 + j + 1), 119, 4);
+      b += up256(sc[j]);
+    }
+    m.host_table.push_back(p);
+  }
+  // codes: random bytes everywhere but the scale ranges, refilled after
+  for (size_t e = 0; e < n; ++e)
+    for (int j = 0; j < 3; ++j)
+      fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(const_cast<void*>(m.host_table[e].w[j])),
+                                code[j], uint32_t(e * 13 + j * 5 + 3), 0, 0);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMalloc(&m.table, n * sizeof(ExpertPtrs)));
+  CK(cudaMemcpy(m.table, m.host_table.data(), n * sizeof(ExpertPtrs), cudaMemcpyHostToDevice));
+  std::vector<int32_t> ids;
+  std::vector<float> w, x;
+  std::vector<Seg> segs;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int c = 0; c < kCalls; ++c) {
+    const int layer = c % sh.layers;
+    std::vector<int> pick(size_t(sh.E));
+    for (int e = 0; e < sh.E; ++e) pick[size_t(e)] = e;
+    std::shuffle(pick.begin(), pick.end(), rng);
+    float sum = 0.0f;
+    for (int j = 0; j < sh.k; ++j) {
+      const int g = layer * sh.E + pick[size_t(j)];
+      ids.push_back(g);
+      const float v = 0.1f + std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+      w.push_back(v), sum += v;
+      for (int q = 0; q < 3; ++q) {
+        segs.push_back({static_cast<const uint4*>(m.host_table[size_t(g)].w[q]), code[q] / 16});
+        segs.push_back({reinterpret_cast<const uint4*>(m.host_table[size_t(g)].s[q]), sc[q] / 16});
+      }
+    }
+    for (int j = 0; j < sh.k; ++j) w[w.size() - 1 - size_t(j)] /= sum;
+    for (int i = 0; i < sh.H; ++i) x.push_back(nd(rng));
+  }
+  for (int q = 0; q < 3; ++q) m.bytes_per_call += size_t(sh.k) * (code[q] + sc[q]);
+  auto up = [](auto*& d, const auto& v) {
+    CK(cudaMalloc(&d, v.size() * sizeof(v[0])));
+    CK(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
+  };
+  up(m.ids, ids), up(m.weights, w), up(m.x, x), up(m.segs, segs);
+  return m;
+}
+
+struct Arm {
+  const char* name;
+  std::function<bool(int call, float* out, void* scratch, cudaStream_t s)> run;
+};
+
+double time_arm(const Model& m, const Arm& a, float* out, void* scratch, size_t scratch_b,
+                cudaStream_t s) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int c = 0; c < kCalls; ++c)
+    a.run(c, out + size_t(c) * m.sh.H, static_cast<uint8_t*>(scratch) + c * scratch_b, s);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  std::vector<double> t;
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int r = 0; r < 7; ++r) {
+    CK(cudaEventRecord(e0, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 2) t.push_back(1000.0 * ms / kCalls);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  return t[t.size() / 2];
+}
+
+double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
+  double md = 0, mr = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    md = std::max(md, double(std::fabs(a[i] - ref[i])));
+    mr = std::max(mr, double(std::fabs(ref[i])));
+  }
+  return md / mr;
+}
+
+void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
+  Model m = make_model(sh, rng);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t scratch_b = up256(moe_q8_scratch_bytes(sh.k, sh.H, sh.I));
+  void* scratch;
+  float* out;
+  uint32_t* sink;
+  CK(cudaMalloc(&scratch, scratch_b * kCalls));
+  CK(cudaMalloc(&out, sizeof(float) * size_t(sh.H) * kCalls));
+  CK(cudaMalloc(&sink, 64));
+  auto ids = [&](int c) { return m.ids + c * sh.k; };
+  auto wts = [&](int c) { return m.weights + c * sh.k; };
+  auto xs = [&](int c) { return m.x + size_t(c) * sh.H; };
+  std::vector<Arm> arms;
+  arms.push_back({"decode_q8 (registers)", [&](int c, float* o, void* sc, cudaStream_t st) {
+                    return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
+                                         xs(c), sh.H, sh.I, sc, o, true, st);
+                  }});
+  const size_t budgets[][2] = {{200, 200}, {100, 120}, {80, 140}, {110, 110}, {60, 160}};
+  static char names[8][64];
+  for (int v = 0; v < 5; ++v) {
+    StreamConfig cfg{0, budgets[v][0] << 10, budgets[v][1] << 10};
+    std::snprintf(names[v], 64, "stream budgets %zu + %zu KB", budgets[v][0], budgets[v][1]);
+    arms.push_back({names[v], [&, cfg](int c, float* o, void* sc, cudaStream_t st) {
+                      return moe_decode_stream(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c),
+                                               sh.k, xs(c), sh.H, sh.I, sc, o, true, st, cfg);
+                    }});
+  }
+  const int parts[] = {1, 2, 4};
+  const char* part_names[] = {"stream quantize only", "stream gate/up only", "stream down only"};
+  for (int v = 0; v < 3; ++v) {
+    StreamConfig cfg{0, 200 << 10, 200 << 10, parts[v]};
+    arms.push_back({part_names[v], [&, cfg](int c, float* o, void* sc, cudaStream_t st) {
+                      return moe_decode_stream(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c),
+                                               sh.k, xs(c), sh.H, sh.I, sc, o, true, st, cfg);
+                    }});
+  }
+  std::vector<float> ref;
+  std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
+              sh.I, sh.k, m.bytes_per_call / 1e6);
+  {  // the plain read
+    const double us = time_arm(m,
+                               {"read",
+                                [&](int c, float*, void*, cudaStream_t st) {
+                                  read_segs<<<dim3(sh.H == 4096 ? 48 : 24, 6 * sh.k), 256, 0, st>>>(
+                                      m.segs + c * 6 * sh.k, sink);
+                                  return true;
+                                }},
+                               out, scratch, scratch_b, s);
+    std::printf("  %-34s %8.2f us %7.0f GB/s  %5.1f%% of copy\n", "plain read of the bytes", us,
+                m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs);
+  }
+  for (const Arm& a : arms) {
+    CK(cudaMemset(out, 0xff, sizeof(float) * size_t(sh.H) * kCalls));  // NaN poison
+    bool ok = true;
+    for (int c = 0; c < kCalls; ++c)
+      ok =
+          a.run(c, out + size_t(c) * sh.H, static_cast<uint8_t*>(scratch) + c * scratch_b, s) && ok;
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    if (!ok) {
+      std::printf("  %-34s does not apply\n", a.name);
+      continue;
+    }
+    std::vector<float> o(size_t(sh.H) * kCalls);
+    CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
+    if (ref.empty()) ref = o;
+    const bool part = std::strstr(a.name, "only") != nullptr;
+    const double err = part ? 0.0 : max_rel(o, ref);
+    const double us = time_arm(m, a, out, scratch, scratch_b, s);
+    std::printf("  %-34s %8.2f us %7.0f GB/s  %5.1f%% of copy  err %.2e\n", a.name, us,
+                m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs, err);
+  }
+  // Experts in pinned host memory (the mapped host tier): call 0's k experts.
+  {
+    std::vector<ExpertPtrs> ht = m.host_table;
+    std::vector<int32_t> hid(size_t(sh.k));
+    CK(cudaMemcpy(hid.data(), m.ids, hid.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<void*> bufs;
+    for (int j = 0; j < sh.k; j += 2) {  // every other selected expert from host memory
+      ExpertPtrs& p = ht[size_t(hid[size_t(j)])];
+      for (int q = 0; q < 3; ++q) {
+        const size_t cb = q < 2 ? size_t(sh.I) * sh.H / 2 : size_t(sh.H) * sh.I / 2;
+        void* hc;
+        void* hs;
+        CK(cudaHostAlloc(&hc, cb, cudaHostAllocMapped));
+        CK(cudaHostAlloc(&hs, cb / 16, cudaHostAllocMapped));
+        CK(cudaMemcpy(hc, p.w[q], cb, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hs, p.s[q], cb / 16, cudaMemcpyDeviceToHost));
+        p.w[q] = hc, p.s[q] = static_cast<uint8_t*>(hs);
+        bufs.push_back(hc), bufs.push_back(hs);
+      }
+    }
+    ExpertPtrs* t2;
+    CK(cudaMalloc(&t2, ht.size() * sizeof(ExpertPtrs)));
+    CK(cudaMemcpy(t2, ht.data(), ht.size() * sizeof(ExpertPtrs), cudaMemcpyHostToDevice));
+    CK(cudaMemset(out, 0xff, sizeof(float) * size_t(sh.H)));
+    const bool ok = moe_decode_stream(t2, WeightEncoding::MXFP4, true, ids(0), wts(0), sh.k, xs(0),
+                                      sh.H, sh.I, scratch, out, true, s);
+    const cudaError_t e = cudaStreamSynchronize(s);
+    std::vector<float> o(size_t(sh.H));
+    if (ok && e == cudaSuccess) CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> r(ref.begin(), ref.begin() + sh.H);
+    std::printf("  stream kernels, half the experts in pinned host memory: %s, err %.2e\n",
+                e == cudaSuccess ? "ran" : cudaGetErrorString(e),
+                ok && e == cudaSuccess ? max_rel(o, r) : -1.0);
+    (void)cudaGetLastError();
+    for (void* b : bufs) cudaFreeHost(b);
+    cudaFree(t2);
+  }
+  cudaFree(m.pool), cudaFree(m.table), cudaFree(m.ids), cudaFree(m.weights), cudaFree(m.x);
+  cudaFree(m.segs), cudaFree(scratch), cudaFree(out), cudaFree(sink);
+  cudaStreamDestroy(s);
+}
+
+double copy_bound() {
+  const size_t n = size_t(2) << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, n));
+  CK(cudaMalloc(&b, n));
+  CK(cudaMemset(a, 1, n));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int r = 0; r < 6; ++r) {
+    CK(cudaEventRecord(e0));
+    CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(2.0 * n / (ms * 1e6));
+  }
+  std::sort(t.begin(), t.end());
+  cudaFree(a), cudaFree(b);
+  return t[3];
+}
+
+}  // namespace probe
+
+int main() {
+  using namespace probe;
+  cudaDeviceProp p{};
+  CK(cudaGetDeviceProperties(&p, 0));
+  const double copy = copy_bound();
+  std::printf("%s, %d SMs, copy bound %.0f GB/s (read + write)\n", p.name, p.multiProcessorCount,
+              copy);
+  std::mt19937 rng(7);
+  run_shape({"Qwen3-30B-A3B", 2048, 768, 128, 8, 8}, rng, copy);
+  run_shape({"DeepSeek-V4-Flash experts", 4096, 2048, 256, 6, 1}, rng, copy);
+  return 0;
+}

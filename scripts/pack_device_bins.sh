@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Packs the CUDA binaries of ./build (configured with -DMOETIER_CUDA=ON, sm_90)
+# for the GPU machine, so a call there skips its own build:
+# .carry/bins.tar.xz (paths under build/), the commit and source dir they were
+# built from, and the Debian runtime libraries the GPU image may lack.
+# There: B=build bash scripts/device_cuda.sh bins test ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=(src/tools/moetier tests/test_backend_cuda tests/test_cuda_ops_cuda tests/test_cuda_model_cuda
+   tests/test_golden_qwen3 bench/cuda_ops_bench)
+ninja -C build "${T[@]##*/}"
+mkdir -p .carry/debs
+tar -cJf .carry/bins.tar.xz "${T[@]/#/build/}"
+git rev-parse --short HEAD >.carry/bins-commit
+git diff --quiet HEAD -- src tests bench || echo "$(cat .carry/bins-commit)-dirty" >.carry/bins-commit
+echo "$PWD" >.carry/bins-source-dir
+(cd .carry/debs && apt-get download liburing2 libfmt9 libutf8proc2 >/dev/null 2>&1 || true)
+ls -la .carry/bins.tar.xz; cat .carry/bins-commit

@@ -1,0 +1,110 @@
+// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu,
+// moe_stream.cuh) and its device helpers: a q8 block is 32 activations as
+// int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored with
+// the codes' negations so that one byte permute applies the weights' signs.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/rowdot.cuh"
+
+namespace moetier::cuda {
+
+// One q8 block in memory: codes q[32] then -q[32] as 4 x int4 (its scale d
+// is stored apart, in an array of floats).
+struct Q8x {
+  int4 p0, p1, n0, n1;
+};
+
+__device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+  return (uint32_t(a) & 0xffu) | (uint32_t(b) & 0xffu) << 8 | (uint32_t(c) & 0xffu) << 16 |
+         uint32_t(d) << 24;
+}
+
+// Quantizes v[32] (one lane's block) into dst; returns d (NaN if any v is
+// not finite, whose codes are then 0).
+__device__ __forceinline__ float quantize32(const float (&v)[32], Q8x* dst) {
+  float amax = 0.0f;
+  bool finite = true;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(v[j])), finite = finite && isfinite(v[j]);
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  uint32_t p[8], n[8];
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    int q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = finite ? __float2int_rn(v[4 * w + j] * id) : 0;
+    p[w] = pack4(q[0], q[1], q[2], q[3]);
+    n[w] = pack4(-q[0], -q[1], -q[2], -q[3]);
+  }
+  dst->p0 = make_int4(int(p[0]), int(p[1]), int(p[2]), int(p[3]));
+  dst->p1 = make_int4(int(p[4]), int(p[5]), int(p[6]), int(p[7]));
+  dst->n0 = make_int4(int(n[0]), int(n[1]), int(n[2]), int(n[3]));
+  dst->n1 = make_int4(int(n[4]), int(n[5]), int(n[6]), int(n[7]));
+  return finite ? amax / 127.0f : __int_as_float(0x7fc00000);
+}
+
+// One q8 block from the 32 lanes' values (lane j holds v[j]): lane j writes
+// byte j of the codes and of their negations; every lane returns d.
+__device__ __forceinline__ float quantize_warp(float v, Q8x* dst) {
+  float amax = fabsf(v);
+  bool finite = isfinite(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    finite = __shfl_xor_sync(0xffffffffu, int(finite), o) && finite;
+  }
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int q = finite ? __float2int_rn(v * id) : 0;
+  auto* b = reinterpret_cast<int8_t*>(dst);
+  const int lane = int(threadIdx.x & 31);
+  b[lane] = int8_t(q), b[32 + lane] = int8_t(-q);
+  return finite ? amax / 127.0f : __int_as_float(0x7fc00000);
+}
+
+// prmt without __byte_perm's masking of the selector (every nibble here is < 8).
+__device__ __forceinline__ int prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return int(d);
+}
+// Integer dot of the 8 codes of one word w of an MXFP4 chunk (nibble k =
+// column 8j + k) with the q8 block's words 2j, 2j + 1 (p) and their
+// negations (n), added to s: magnitudes by permuting a table of the 8 e2m1
+// magnitudes (doubled: 0 1 2 3 4 6 8 12), signs by picking each activation
+// byte from the codes or their negations.
+__device__ __forceinline__ int word_dot(uint32_t w, int2 p, int2 n, int s) {
+  constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
+  const uint32_t idx = w & 0x77777777u, sel = ((w >> 1) & 0x44444444u) | 0x32103210u;
+  s = __dp4a(prmt(kMag0, kMag1, idx), prmt(uint32_t(p.x), uint32_t(n.x), sel), s);
+  return __dp4a(prmt(kMag0, kMag1, idx >> 16), prmt(uint32_t(p.y), uint32_t(n.y), sel >> 16), s);
+}
+
+// is[r] = integer dot of chunk q[r] (16 bytes: 32 columns) of R rows with one
+// q8 block xv [8] (4 words of codes, 4 of negations as int2), read a word
+// pair at a time so that only 4 of its 16 words are live.
+template <int R>
+__device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, int (&is)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) is[r] = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int2 p = __ldg(xv + j), n = __ldg(xv + 4 + j);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t w = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
+      is[r] = word_dot(w, p, n, is[r]);
+    }
+  }
+}
+
+// Half the e8m0 scale (the codes hold 2 e2m1), without branches: 2^(e - 128),
+// (e - 1) << 23 for e in [2, 254], the subnormals 2^-128 and 2^-127 for 0 and
+// 1, NaN for 0xff (kernels/cpu/q8.h's e8m0_half).
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+  const uint32_t b = e <= 1 ? 0x00200000u << e : (e - 1) << 23;
+  return __uint_as_float(e == 0xffu ? 0x7fc00000u : b);
+}
+
+}  // namespace moetier::cuda
