@@ -54,7 +54,8 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
 }
 step_test() {
   for t in test_backend_cuda test_cuda_ops_cuda test_cuda_model_cuda test_golden_qwen3; do
-    MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 stdbuf -oL -eL ./$B/tests/$t >"$OUT/$t.log" 2>&1
+    MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 timeout ${TEST_TIMEOUT:-300} stdbuf -oL -eL ./$B/tests/$t \
+      >"$OUT/$t.log" 2>&1
     local rc=$?
     echo "$t: rc $rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
     grep -E "Failure|rror|Expected|Which is|\[cuda golden\]|^\[ RUN" "$OUT/$t.log" | tail -25
