@@ -212,14 +212,27 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                     return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
                                          xs(c), sh.H, sh.I, sc, o, true, st);
                   }});
-  const size_t budgets[][2] = {{200, 200}, {100, 120}, {80, 140}, {110, 110}, {60, 160}};
+  const size_t budgets[][2] = {{200, 200}, {100, 120}};
   static char names[8][64];
-  for (int v = 0; v < 5; ++v) {
+  for (int v = 0; v < 2; ++v) {
     StreamConfig cfg{0, budgets[v][0] << 10, budgets[v][1] << 10};
     std::snprintf(names[v], 64, "stream budgets %zu + %zu KB", budgets[v][0], budgets[v][1]);
     arms.push_back({names[v], [&, cfg](int c, float* o, void* sc, cudaStream_t st) {
                       return moe_decode_stream(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c),
                                                sh.k, xs(c), sh.H, sh.I, sc, o, true, st, cfg);
+                    }});
+  }
+  unsigned* bar;
+  CK(cudaMalloc(&bar, 8));
+  CK(cudaMemset(bar, 0, 8));
+  const size_t fused_budgets[] = {220, 200, 160};
+  static char fnames[4][64];
+  for (int v = 0; v < 3; ++v) {
+    StreamConfig cfg{0, fused_budgets[v] << 10};
+    std::snprintf(fnames[v], 64, "fused, budget %zu KB", fused_budgets[v]);
+    arms.push_back({fnames[v], [&, cfg](int c, float* o, void* sc, cudaStream_t st) {
+                      return moe_decode_fused(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c),
+                                              sh.k, xs(c), sh.H, sh.I, sc, o, bar, true, st, cfg);
                     }});
   }
   const int parts[] = {1, 2, 4};
@@ -305,7 +318,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     cudaFree(t2);
   }
   cudaFree(m.pool), cudaFree(m.table), cudaFree(m.ids), cudaFree(m.weights), cudaFree(m.x);
-  cudaFree(m.segs), cudaFree(scratch), cudaFree(out), cudaFree(sink);
+  cudaFree(m.segs), cudaFree(scratch), cudaFree(out), cudaFree(sink), cudaFree(bar);
   cudaStreamDestroy(s);
 }
 

@@ -15,6 +15,7 @@
 #   build q30 policy30                               the mapped host-tier arm, lru and lfu
 #   probe                                            the MoE kernels side by side (moe_probe)
 #   bins test q30 bench30                            carried binaries (B=build), no build here
+#   bins test q30 moeab30 moeabds4                   the fused MoE kernel against the q8 kernels
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -182,6 +183,25 @@ step_cpu30() {  # the CPU engine at real size beside llama.cpp's CPU path (16 th
   [ -x $LB/bin/llama-bench ] && [ -f /tmp/q30.gguf ] || return 0
   CUDA_VISIBLE_DEVICES= timeout 150 $LB/bin/llama-bench -m /tmp/q30.gguf -p 64 -n 32 -ngl 0 -t 16 -r 2 \
     -o json >"$OUT/llama-cpu.json" 2>"$OUT/llama-cpu.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-cpu.json"
+}
+step_moeab30() {  # all-resident decode: the fused MoE kernel (default) and the q8 kernels, interleaved
+  for r in 1 2; do
+    bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+    MOETIER_CUDA_MOE=q8 bench_arm "moetier cuda all resident, q8 MoE kernels" --prompt-tokens 256 \
+      --gen 128 --runs 2
+  done
+}
+step_moeabds4() {  # the same on DeepSeek-V4-Flash-shaped experts (6 layers)
+  local d=/tmp/ds4 n=${DS4_LAYERS:-6}
+  [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 --layers $n \
+    --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
+  for r in 1 2; do
+    Q30=$d JSON=$OUT/ds4.json bench_arm "moetier cuda all resident, DeepSeek-V4-Flash-shaped experts, $n layers" \
+      --prompt-tokens 64 --gen ${DS4_GEN:-256} --runs 2
+    MOETIER_CUDA_MOE=q8 Q30=$d JSON=$OUT/ds4.json bench_arm \
+      "moetier cuda all resident, DeepSeek-V4-Flash-shaped experts, $n layers, q8 MoE kernels" \
+      --prompt-tokens 64 --gen ${DS4_GEN:-256} --runs 2
+  done
 }
 step_arena30() {  # a 28% arena backed by the host tier, and by storage only
   bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \

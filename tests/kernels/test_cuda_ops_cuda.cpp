@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <tuple>
@@ -704,6 +706,80 @@ TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
     for (float v : ref) norm += double(v) * v;
     EXPECT_GT(norm, 0.0) << mode;  // the tiny scales reach the output
     EXPECT_LE(rel_err(got, ref), 1e-5) << mode;
+  }
+}
+
+// Sets an environment variable for a scope (the CUDA backend reads its
+// switches when it is made).
+class EnvVar {
+ public:
+  EnvVar(const char* name, const std::string& value) : name_(name) {
+    const char* v = std::getenv(name);
+    had_ = v != nullptr, old_ = v ? v : "";
+    setenv(name, value.c_str(), 1);
+  }
+  ~EnvVar() { had_ ? (void)setenv(name_, old_.c_str(), 1) : (void)unsetenv(name_); }
+
+ private:
+  const char* name_;
+  bool had_;
+  std::string old_;
+};
+
+// The fused MoE kernel (moe_stream.cuh: bulk copies, per-warp rings, a grid
+// barrier) and the three q8 kernels against the CPU's q8 experts, through
+// route_moe_resident, on shapes where the fused kernel applies (hidden % 512,
+// inter % 256): x rows of 48 and 192 chunks (not a multiple of 32), expert rows
+// of 8, 24 and 72 chunks, k from 2 to 13, and the real widths. Three calls
+// back to back per shape (the barrier's generations), no host sync. Which
+// kernels ran is read from the backend's op timing (MOETIER_CUDA_TIMING).
+TEST(CudaOps, FusedMoeKernelMatchesCpu) {
+  REQUIRE_GPU();
+  ActMode act("q8");
+  struct Case {
+    int64_t experts, k, H, I;
+  };
+  const std::string timing = ::testing::TempDir() + "moetier_fused_timing.txt";
+  for (const char* moe : {"fused", "q8"}) {
+    std::mt19937 rng(41);
+    {
+      EnvVar m("MOETIER_CUDA_MOE", moe), t("MOETIER_CUDA_TIMING", timing);
+      Fixture f;
+      for (const Case& c :
+           {Case{9, 7, 1536, 768}, Case{20, 13, 512, 2304}, Case{5, 3, 4096, 256},
+            Case{4, 2, 6144, 512}, Case{16, 8, 2048, 768}, Case{8, 6, 4096, 2048}}) {
+        const ExpertSet ex(f, WeightEncoding::MXFP4, c.experts, c.H, c.I, rng);
+        HostMatrix router(WeightEncoding::BF16, c.experts, c.H, rng);
+        const MatView dr = f.gpu->weights(router.view, f.store);
+        const int table = f.gpu->register_experts(ex.dev);
+        std::vector<DeviceBuffer> keep;
+        std::vector<std::vector<float>> refs;
+        std::vector<float*> outs;
+        for (int call = 0; call < 3; ++call) {
+          const auto x = randn(size_t(c.H), rng, 1.0f);
+          std::vector<float> p(size_t(c.experts)), w(size_t(c.k));
+          std::vector<int32_t> ids(size_t(c.k));
+          f.cpu->route_topk(router.view, x.data(), 1, c.k, true, p.data(), ids.data(), w.data());
+          refs.push_back(ex.cpu_out(f, ids, w, x, c.H, c.I));
+          float* dx = f.up(x, keep);
+          keep.push_back(f.gpu->alloc(size_t(c.k) * 4));
+          auto* dids = keep.back().as<int32_t>();
+          outs.push_back(f.zeros(size_t(c.H), keep));
+          f.gpu->route_moe_resident(dr, table, dx, c.k, true, f.zeros(size_t(c.experts), keep),
+                                    dids, f.zeros(size_t(c.k), keep), c.H, c.I, outs.back());
+        }
+        for (size_t i = 0; i < outs.size(); ++i)
+          EXPECT_LE(rel_err(f.down(outs[i], size_t(c.H)), refs[i]), 1e-5)
+              << moe << " " << c.H << " x " << c.I << " k " << c.k << " call " << i;
+      }
+    }  // the backend writes its op timing here
+    std::ifstream in(timing);
+    const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(ops.find("resident experts (fused)") != std::string::npos,
+              std::string(moe) == "fused")
+        << ops;
+    EXPECT_EQ(ops.find("resident experts (q8)") != std::string::npos, std::string(moe) == "q8")
+        << ops;
   }
 }
 

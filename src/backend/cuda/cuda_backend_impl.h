@@ -167,11 +167,13 @@ class CudaBackend final : public Backend {
   bool f32_prefill_ = false;
   bool legacy_decode_ = false;  // MOETIER_CUDA_DECODE=legacy
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
+  bool moe_fused_ = true;       // MOETIER_CUDA_MOE=fused (default) | q8: the q8 MoE kernels
   Scratch ids_, attn_, arrays_, h_, d_, wbf_, xbf_, g_, u_, hbf_, y_, rows_, rw_;
   struct Table {        // a registered layer of resident experts
     DeviceBuffer ptrs;  // [num_experts] cuda::ExpertPtrs
     WeightEncoding enc = WeightEncoding::BF16;
     bool vec = false;
+    bool bulk = false;  // codes and scales 16-byte aligned (the fused kernel's bulk copies)
   };
   std::vector<Table> tables_;
   // update_experts: the writes, pinned (read in place by the kernel), reused
@@ -196,6 +198,7 @@ class CudaBackend final : public Backend {
   // launches: the last block of a launch resets what it counted).
   struct Sync {
     unsigned route_done;      // router_topk
+    unsigned moe_bar[2];      // the fused MoE kernel's grid barrier
     unsigned attn_done[256];  // decode attention, per kv head
     cuda::ArgmaxScratch argmax;
   };

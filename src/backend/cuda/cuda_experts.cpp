@@ -19,6 +19,13 @@ cuda::ExpertPtrs ptrs_of(const ExpertView& v) {
 
 bool uniform(const ExpertView& v) { return v.gate.enc == v.up.enc && v.up.enc == v.down.enc; }
 
+// Every matrix and scale pointer 16-byte aligned (what bulk copies need).
+bool bulk_aligned(const ExpertView& v) {
+  for (const MatView* m : {&v.gate, &v.up, &v.down})
+    if (!aligned16(m->data) || !aligned16(m->scales)) return false;
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
@@ -154,11 +161,13 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
   Table t;
   t.enc = views[0].gate.enc;
   t.vec = true;
+  t.bulk = true;
   std::vector<cuda::ExpertPtrs> ptrs;
   for (const ExpertView& v : views) {
     check(uniform(v) && v.gate.enc == t.enc, "cuda: one encoding per expert table");
     ptrs.push_back(ptrs_of(v));
     t.vec = t.vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
+    t.bulk = t.bulk && bulk_aligned(v);
   }
   t.ptrs = alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));
   cuda_check(cudaMemcpy(t.ptrs.data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs),
@@ -188,6 +197,8 @@ void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
     check(!t.vec || (aligned16(e.view.gate.data) && aligned16(e.view.up.data) &&
                      aligned16(e.view.down.data)),
           "cuda: expert table {}: entry {} is not 16-byte aligned", e.table, e.id);
+    check(!t.bulk || bulk_aligned(e.view),
+          "cuda: expert table {}: entry {} has scales that are not 16-byte aligned", e.table, e.id);
     w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view)};
   }
   cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
@@ -207,6 +218,13 @@ bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weight
       !cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate))
     return false;
   void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
+  if (moe_fused_ &&
+      cuda::moe_decode_fused(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.bulk, ids, weights, int(k), x,
+                             hidden, intermediate, sq, out, sync()->moe_bar, early, stream_)) {
+    after("resident experts (fused)");
+    return true;
+  }
+  (void)cudaGetLastError();  // a refused shared-memory attribute: the q8 kernels instead
   if (!cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
                            hidden, intermediate, sq, out, early, stream_)) {
     (void)cudaGetLastError();  // a refused shared-memory attribute: the f32 path instead

@@ -194,10 +194,18 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 // device memory. Same scratch as moe_decode_q8; false where it does not apply.
 struct StreamConfig {
   int grid = 0;
-  size_t budget = 200 << 10, down_budget = 200 << 10;  // gate/up, down
+  size_t budget = 220 << 10, down_budget = 200 << 10;  // gate/up (or fused), down
   int parts = 7;  // kernels launched: 1 quantize, 2 gate/up, 4 down (for timing them apart)
 };
 bool moe_stream_applies(WeightEncoding enc, bool bulk, int k, int64_t hidden, int64_t inter);
+// The same kernels' two phases in one persistent launch (after quantize), a
+// grid barrier between them (moe_fused_stream_kernel): bar is two device words,
+// 0 before the first launch, used by one launch at a time; cfg.budget bounds
+// its shared memory (down_budget and parts are unused).
+bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
+                      const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
+                      void* scratch, float* out, unsigned* bar, bool early, cudaStream_t s,
+                      const StreamConfig& cfg = {});
 bool moe_decode_stream(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
                        const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                        void* scratch, float* out, bool early, cudaStream_t s,

@@ -28,6 +28,7 @@
 // completed by then: the one in between called grid_launch_dependents only
 // after its own grid_wait, which returned once its predecessor completed and
 // its writes were flushed. Without `early` everything is read after the wait.
+#include <algorithm>
 #include <cfloat>
 #include <mutex>
 #include <utility>
@@ -271,12 +272,28 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 
 namespace {
 
+// The current device's SM count (the persistent grids: at most one block per
+// SM, so that every block of the fused kernel is resident at its barrier).
 int sm_count() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return 0;
   return n;
+}
+
+// The shared memory a block of the current device may opt into, less what the
+// stream kernels declare statically; 0 where bulk copies cannot run (a device
+// below sm_90, or a build with an architecture below it: there the copies
+// compile to nothing, launch.cuh).
+size_t bulk_smem_limit() {
+  int dev = 0, major = 0, optin = 0;
+  if (MOETIER_CUDA_MIN_ARCH < 90 || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      major < 9)
+    return 0;
+  return size_t(optin) > 4096 ? size_t(optin) - 4096 : 0;
 }
 
 // Raises a kernel's dynamic shared-memory limit to `bytes` once (not per
@@ -339,11 +356,11 @@ bool moe_decode_stream(const ExpertPtrs* table, WeightEncoding enc, bool bulk, c
                        void* scratch, float* out, bool early, cudaStream_t s,
                        const StreamConfig& cfg) {
   if (!moe_stream_applies(enc, bulk, k, hidden, inter)) return false;
-  static const int sms = sm_count();
-  const int grid = cfg.grid > 0 ? cfg.grid : sms;
+  const int grid = cfg.grid > 0 ? cfg.grid : sm_count();
   const int64_t nb = hidden / 32, nch = inter / 32, nq = k * nch;
-  const size_t gsb = gu_stage_bytes(nb), dsb = dn_stage_bytes(nch);
-  const int gp = ring_depth(gsb, nb, cfg.budget), dp = ring_depth(dsb, nq, cfg.down_budget);
+  const size_t gsb = gu_stage_bytes(nb), dsb = dn_stage_bytes(nch), lim = bulk_smem_limit();
+  const int gp = ring_depth(gsb, nb, std::min(cfg.budget, lim));
+  const int dp = ring_depth(dsb, nq, std::min(cfg.down_budget, lim));
   if (grid <= 0 || gp == 0 || dp == 0) return false;
   const size_t gsm = stream_smem_bytes(gsb, gp, nb), dsm = stream_smem_bytes(dsb, dp, nq);
   const GateUpKernel gk = gate_up_kernel(nb);
@@ -360,6 +377,46 @@ bool moe_decode_stream(const ExpertPtrs* table, WeightEncoding enc, bool bulk, c
   if (cfg.parts & 4)
     launch(dk, unsigned(grid), kStreamThreads, dsm, s, table, ids, weights, k,
            static_cast<const float*>(h), int(hidden), int(inter), out, dp, e);
+  return true;
+}
+
+namespace {
+
+using FusedKernel = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const void*, int,
+                             int, float*, float*, unsigned*, int, int);
+template <int NC>
+FusedKernel fused_kernel_u(int64_t nch) {
+  if (nch <= 32) return moe_fused_stream_kernel<NC, 1>;
+  if (nch <= 64) return moe_fused_stream_kernel<NC, 2>;
+  return moe_fused_stream_kernel<NC, 4>;
+}
+FusedKernel fused_kernel(int64_t nb, int64_t nch) {
+  if (nb <= 64) return fused_kernel_u<2>(nch);
+  if (nb <= 128) return fused_kernel_u<4>(nch);
+  return fused_kernel_u<8>(nch);
+}
+
+}  // namespace
+
+bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
+                      const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
+                      void* scratch, float* out, unsigned* bar, bool early, cudaStream_t s,
+                      const StreamConfig& cfg) {
+  if (!moe_stream_applies(enc, bulk, k, hidden, inter)) return false;
+  const int sms = sm_count();  // the barrier needs every block resident: at most one per SM
+  const int grid = cfg.grid > 0 ? std::min(cfg.grid, sms) : sms;
+  const int64_t nb = hidden / 32, nch = inter / 32, nq = k * nch;
+  const size_t budget = std::min(cfg.budget, bulk_smem_limit());
+  int P = 1;
+  while (P < 32 && fused_smem_bytes(nb, nch, nq, P + 1) <= budget) ++P;
+  const size_t smem = fused_smem_bytes(nb, nch, nq, P);
+  const FusedKernel fk = fused_kernel(nb, nch);
+  if (grid <= 0 || smem > budget || !smem_allowed(fk, smem)) return false;
+  float* h = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + align128(q8t_bytes(nb)));
+  const int e = early ? 1 : 0;
+  launch(quantize_q8t_kernel, unsigned((nb + 127) / 128), 128, 0, s, x, int(nb), scratch, e);
+  launch(fk, unsigned(grid), kStreamThreads, smem, s, table, ids, weights, k,
+         static_cast<const void*>(scratch), int(hidden), int(inter), h, out, bar, P, e);
   return true;
 }
 

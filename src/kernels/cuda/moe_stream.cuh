@@ -338,4 +338,158 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   }
 }
 
+// A barrier of all G blocks of a grid, every one of them resident (a
+// persistent grid of at most one block per SM): bar[0] counts arrivals, bar[1]
+// is the generation (both 0 before the first launch). The last block to arrive
+// resets the count, then moves the generation; the others wait for it to move.
+// Writes of every thread of a block before the barrier are visible to every
+// block after it (block sync, then a fence by the thread that arrives).
+__device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned G) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* gen = bar + 1;
+    const unsigned g = *gen;  // read before arriving: it cannot move before this block arrives
+    __threadfence();
+    if (atomicAdd(bar, 1u) == G - 1) {
+      bar[0] = 0;
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (*gen == g) __nanosleep(64);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Shared memory of the fused kernel: x (nb q8t blocks), h (nq), W rings of P
+// slots of max(gate/up, down) stage bytes, W x P barriers.
+__host__ __device__ constexpr size_t fused_slot_bytes(int64_t nb, int64_t nch) {
+  return gu_stage_bytes(nb) > dn_stage_bytes(nch) ? gu_stage_bytes(nb) : dn_stage_bytes(nch);
+}
+__host__ __device__ constexpr size_t fused_ring_offset(int64_t nb, int64_t nq) {
+  return align128(q8t_bytes(nb)) + align128(q8t_bytes(nq));
+}
+__host__ __device__ constexpr size_t fused_smem_bytes(int64_t nb, int64_t nch, int64_t nq, int P) {
+  return align128(fused_ring_offset(nb, nq) +
+                  size_t(kStreamWarps) * size_t(P) * fused_slot_bytes(nb, nch)) +
+         size_t(kStreamWarps) * size_t(P) * 8;
+}
+
+// gate/up and down in one persistent kernel (G blocks, all resident), the two
+// phases apart by a grid barrier: each warp's ring runs on from its gate/up
+// units into its down units, so down's weights stream in while gate/up ends
+// and the barrier is crossed. Units and their order as in the two kernels
+// above; h goes through global memory (f32) and is quantized after the
+// barrier by every block. bar: two device words, 0 before the first launch,
+// used by one launch at a time.
+template <int NC, int NU>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    moe_fused_stream_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
+                            int k, const void* xt, int hidden, int inter, float* h, float* out,
+                            unsigned* bar, int P, int early) {
+  extern __shared__ __align__(128) uint8_t sm[];
+  __shared__ const uint8_t* wp[32][4];  // slot -> gate codes, up codes, gate scales, up scales
+  __shared__ RankedExperts rk;
+  const int nb = hidden / 32, nch = inter / 32, nq = k * nch, G = int(gridDim.x);
+  const int TW = G * kStreamWarps, warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
+  const int me = int(blockIdx.x) + G * warp, gtotal = k * inter, pairs = hidden / 2;
+  const int ng = me < gtotal ? (gtotal - me + TW - 1) / TW : 0;
+  const int n = ng + (me < pairs ? (pairs - me + TW - 1) / TW * k : 0);
+  const size_t sb = fused_slot_bytes(nb, nch);
+  const Q8T x = q8t_at(sm, nb), hq = q8t_at(sm + align128(q8t_bytes(nb)), nq);
+  uint8_t* ring = sm + fused_ring_offset(nb, nq) + size_t(warp) * P * sb;
+  auto* bars = reinterpret_cast<uint64_t*>(
+                   sm + align128(fused_ring_offset(nb, nq) + size_t(kStreamWarps) * P * sb)) +
+               warp * P;
+  auto issue = [&](int s) {  // lane 0: stage s of this warp -> slot s % P
+    uint8_t* dst = ring + size_t(s % P) * sb;
+    uint64_t* b = bars + s % P;
+    if (s < ng) {
+      const int g = me + s * TW, slot = g / inter;
+      const size_t r = size_t(g % inter) * size_t(nb);
+      mbar_expect(b, uint32_t(gu_stage_bytes(nb)));
+      bulk_load(dst, wp[slot][0] + 16 * r, uint32_t(16 * nb), b);
+      bulk_load(dst + 16 * nb, wp[slot][1] + 16 * r, uint32_t(16 * nb), b);
+      bulk_load(dst + 32 * nb, wp[slot][2] + r, uint32_t(nb), b);
+      bulk_load(dst + 33 * nb, wp[slot][3] + r, uint32_t(nb), b);
+    } else {
+      const int t = s - ng, e = t % k;
+      const size_t r = size_t(me + (t / k) * TW) * 2 * size_t(nch);
+      mbar_expect(b, uint32_t(dn_stage_bytes(nch)));
+      bulk_load(dst, rk.w[e] + 16 * r, uint32_t(32 * nch), b);
+      bulk_load(dst + 32 * nch, rk.s[e] + r, uint32_t(2 * nch), b);
+    }
+  };
+  auto prep = [&] {
+    if (warp == 0 && lane < k) {
+      const ExpertPtrs& ex = table[__ldcg(ids + lane)];
+      wp[lane][0] = static_cast<const uint8_t*>(ex.w[0]);
+      wp[lane][1] = static_cast<const uint8_t*>(ex.w[1]);
+      wp[lane][2] = ex.s[0], wp[lane][3] = ex.s[1];
+    }
+    if (lane < P) mbar_init(bars + lane);
+    mbar_fence_init();
+    rank_experts(table, ids, weights, k, rk);  // syncs the block
+    if (lane == 0)
+      for (int s = 0; s < P && s < n; ++s) issue(s);
+  };
+  auto next = [&](int s) {  // the warp is done with stage s's slot
+    __syncwarp();
+    if (lane == 0 && s + P < n) issue(s + P);
+  };
+  if (early) prep();  // ids and weights: two launches back
+  grid_wait();        // x comes from the kernel before
+  grid_launch_dependents();
+  if (!early) prep();
+  copy_q8t(xt, sm, nb);
+  __syncthreads();
+  for (int s = 0; s < ng; ++s) {  // gate/up
+    mbar_wait(bars + s % P, uint32_t(s / P) & 1u);
+    const uint8_t* st = ring + size_t(s % P) * sb;
+    const auto* gc = reinterpret_cast<const uint4*>(st);
+    const uint8_t* gs = st + 32 * nb;
+    float ag = 0.0f, au = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const int i = lane + 32 * c;
+      if (i < nb) {
+        const float d = x.d[i];
+        ag += float(x.dot(gc[i], i)) * (e8m0_half(gs[i]) * d);
+        au += float(x.dot(gc[nb + i], i)) * (e8m0_half(gs[nb + i]) * d);
+      }
+    }
+    const float g = warp_sum(ag), u = warp_sum(au);
+    next(s);
+    if (lane == 0) h[me + s * TW] = g / (1.0f + expf(-g)) * u;
+  }
+  grid_barrier(bar, unsigned(G));
+  quantize_h<8>(h, weights, inter, hq, nq);
+  __syncthreads();
+  float a0 = 0.0f, a1 = 0.0f;
+  for (int s = ng; s < n; ++s) {  // down
+    mbar_wait(bars + s % P, uint32_t(s / P) & 1u);
+    const uint8_t* st = ring + size_t(s % P) * sb;
+    const int t = s - ng, e = t % k, hb = rk.slot[e] * nch;
+    const auto* c = reinterpret_cast<const uint4*>(st);
+    const uint8_t* sc = st + 32 * nch;
+#pragma unroll
+    for (int u = 0; u < NU; ++u) {
+      const int i = lane + 32 * u;
+      if (i < nch) {
+        const float d = hq.d[hb + i];
+        a0 += float(hq.dot(c[i], hb + i)) * (e8m0_half(sc[i]) * d);
+        a1 += float(hq.dot(c[nch + i], hb + i)) * (e8m0_half(sc[nch + i]) * d);
+      }
+    }
+    next(s);
+    if (e == k - 1) {
+      const float t0 = warp_sum(a0), t1 = warp_sum(a1);
+      const int row = 2 * (me + (t / k) * TW);
+      if (lane == 0) out[row] = t0, out[row + 1] = t1;
+      a0 = a1 = 0.0f;
+    }
+  }
+}
+
 }  // namespace moetier::cuda
