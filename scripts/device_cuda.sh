@@ -185,7 +185,7 @@ step_cpu30() {  # the CPU engine at real size beside llama.cpp's CPU path (16 th
     -o json >"$OUT/llama-cpu.json" 2>"$OUT/llama-cpu.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-cpu.json"
 }
 step_moeab30() {  # all-resident decode: the fused MoE kernel (default) and the q8 kernels, interleaved
-  for r in 1 2; do
+  for r in $(seq ${AB_ROUNDS:-2}); do
     bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
     MOETIER_CUDA_MOE=q8 bench_arm "moetier cuda all resident, q8 MoE kernels" --prompt-tokens 256 \
       --gen 128 --runs 2
@@ -195,7 +195,7 @@ step_moeabds4() {  # the same on DeepSeek-V4-Flash-shaped experts (6 layers)
   local d=/tmp/ds4 n=${DS4_LAYERS:-6}
   [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 --layers $n \
     --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
-  for r in 1 2; do
+  for r in $(seq ${AB_ROUNDS:-2}); do
     Q30=$d JSON=$OUT/ds4.json bench_arm "moetier cuda all resident, DeepSeek-V4-Flash-shaped experts, $n layers" \
       --prompt-tokens 64 --gen ${DS4_GEN:-256} --runs 2
     MOETIER_CUDA_MOE=q8 Q30=$d JSON=$OUT/ds4.json bench_arm \
