@@ -729,8 +729,9 @@ class EnvVar {
 // The fused MoE kernel (moe_stream.cuh: bulk copies, per-warp rings, a grid
 // barrier) and the three q8 kernels against the CPU's q8 experts, through
 // route_moe_resident, on shapes where the fused kernel applies (hidden % 512,
-// inter % 256): x rows of 48 and 192 chunks (not a multiple of 32), expert rows
-// of 8, 24 and 72 chunks, k from 2 to 13, and the real widths. Three calls
+// inter % 256, k x inter / 32 <= 512): x rows of 16, 48 and 192 chunks (not
+// all multiples of 32), expert rows of 8, 24 and 72 chunks, k from 2 to 13,
+// and the real widths. Three calls
 // back to back per shape (the barrier's generations), no host sync. Which
 // kernels ran is read from the backend's op timing (MOETIER_CUDA_TIMING).
 TEST(CudaOps, FusedMoeKernelMatchesCpu) {
@@ -745,9 +746,9 @@ TEST(CudaOps, FusedMoeKernelMatchesCpu) {
     {
       EnvVar m("MOETIER_CUDA_MOE", moe), t("MOETIER_CUDA_TIMING", timing);
       Fixture f;
-      for (const Case& c :
-           {Case{9, 7, 1536, 768}, Case{20, 13, 512, 2304}, Case{5, 3, 4096, 256},
-            Case{4, 2, 6144, 512}, Case{16, 8, 2048, 768}, Case{8, 6, 4096, 2048}}) {
+      for (const Case& c : {Case{9, 7, 1536, 768}, Case{20, 13, 512, 256}, Case{12, 5, 512, 2304},
+                            Case{5, 3, 4096, 256}, Case{4, 2, 6144, 512}, Case{16, 8, 2048, 768},
+                            Case{8, 6, 4096, 2048}}) {
         const ExpertSet ex(f, WeightEncoding::MXFP4, c.experts, c.H, c.I, rng);
         HostMatrix router(WeightEncoding::BF16, c.experts, c.H, rng);
         const MatView dr = f.gpu->weights(router.view, f.store);

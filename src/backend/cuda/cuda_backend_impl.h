@@ -167,7 +167,7 @@ class CudaBackend final : public Backend {
   bool f32_prefill_ = false;
   bool legacy_decode_ = false;  // MOETIER_CUDA_DECODE=legacy
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
-  bool moe_fused_ = true;       // MOETIER_CUDA_MOE=fused (default) | q8: the q8 MoE kernels
+  bool moe_fused_ = false;      // MOETIER_CUDA_MOE=fused | q8 (default): the q8 MoE kernels
   Scratch ids_, attn_, arrays_, h_, d_, wbf_, xbf_, g_, u_, hbf_, y_, rows_, rw_;
   struct Table {        // a registered layer of resident experts
     DeviceBuffer ptrs;  // [num_experts] cuda::ExpertPtrs
