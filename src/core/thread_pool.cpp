@@ -25,6 +25,8 @@ namespace {
 // catch the next kernel of a forward pass, short enough not to steal a busy
 // machine's cores for long.
 constexpr int kSpinIters = 1 << 12;
+// Chunks per job: they are counted in 32 bits (ticket_'s index, pending_).
+constexpr int64_t kMaxChunks = int64_t(1) << 30;
 
 uint32_t gen_of(uint64_t t) { return uint32_t(t >> 32); }
 uint32_t idx_of(uint64_t t) { return uint32_t(t); }
@@ -81,7 +83,7 @@ void ThreadPool::worker_loop() {
 }
 
 void ThreadPool::wait_done() {
-  int64_t p = pending_.load(std::memory_order_acquire);
+  int32_t p = pending_.load(std::memory_order_acquire);
   for (int i = 0; p != 0 && i < kSpinIters; ++i) {
     MOETIER_PAUSE();
     p = pending_.load(std::memory_order_acquire);
@@ -94,7 +96,7 @@ void ThreadPool::wait_done() {
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const Fn& fn) {
   if (n <= 0) return;
-  grain = std::max<int64_t>(grain, 1);
+  grain = std::max<int64_t>({grain, 1, (n + kMaxChunks - 1) / kMaxChunks});
   const int64_t chunks = (n + grain - 1) / grain;
   bool expected = false;
   if (workers_.empty() || chunks == 1 || !busy_.compare_exchange_strong(expected, true)) {
@@ -105,7 +107,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const Fn& fn) {
   n_.store(n, std::memory_order_relaxed);
   grain_.store(grain, std::memory_order_relaxed);
   chunks_.store(chunks, std::memory_order_relaxed);
-  pending_.store(chunks, std::memory_order_relaxed);
+  pending_.store(int32_t(chunks), std::memory_order_relaxed);
   const uint32_t gen = epoch_.load(std::memory_order_relaxed) + 1;
   ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
   epoch_.store(gen);  // seq_cst: pairs with sleepers_ below

@@ -13,7 +13,8 @@
 //     new generation G in `ticket_` (G << 32 | next chunk index 0) and in
 //     `epoch_`, and wakes sleeping workers.
 //   - Anyone (workers, caller) takes chunk i of job G by a compare-exchange of
-//     ticket_ from (G, i) to (G, i + 1), only while i < chunks. A thread that
+//     ticket_ from (G, i) to (G, i + 1), only while i < chunks (at most
+//     kMaxChunks: a larger job gets a larger grain). A thread that
 //     woke for an older job fails the exchange (its G is stale), so it never
 //     runs a chunk with another job's fn. Job fields are stable while a chunk
 //     of G is taken and not finished, since the caller waits for every chunk.
@@ -57,9 +58,13 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> ticket_{0};  // generation << 32 | next chunk
   std::atomic<uint32_t> epoch_{0};   // generation of the latest job
-  std::atomic<int64_t> pending_{0};  // chunks of the current job not yet finished
-  std::atomic<int> sleepers_{0};     // workers blocked in epoch_.wait
-  std::atomic<bool> busy_{false};    // a job is running (jobs never nest)
+  // Chunks of the current job not yet finished. 32 bits: std::atomic::wait on
+  // a 4-byte atomic is a futex on its own address; a wider one goes through
+  // libstdc++'s shared proxy word, and with it a caller once slept forever in
+  // wait_done after the last chunk was done (a moetier bench at 2 threads, GCC 12).
+  std::atomic<int32_t> pending_{0};
+  std::atomic<int> sleepers_{0};   // workers blocked in epoch_.wait
+  std::atomic<bool> busy_{false};  // a job is running (jobs never nest)
   std::atomic<bool> stop_{false};
   // The current job; written only by its caller before publishing the epoch.
   std::atomic<const Fn*> fn_{nullptr};

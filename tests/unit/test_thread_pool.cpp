@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,24 @@ TEST(ThreadPool, ManyShortJobsInARow) {
   for (int job = 0; job < 20000; ++job)
     pool.parallel_for(9, 1, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
   EXPECT_EQ(sum.load(), 9 * 20000);
+}
+
+// Chunks longer than the caller's spin (about 20-60 us), so that the caller
+// sleeps in wait_done and is woken by the chunk that finishes last, job after
+// job (a lost wake-up there is a hang: the test's timeout).
+TEST(ThreadPool, CallerSleepsUntilTheLastChunkIsDone) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> sum{0};
+  for (int job = 0; job < 3000; ++job)
+    pool.parallel_for(2, 1, [&](int64_t b, int64_t e) {
+      if (b == 1 || job % 2) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+      sum.fetch_add(e - b);
+    });
+  EXPECT_EQ(sum.load(), 2 * 3000);
 }
 
 TEST(ThreadPool, NestedCallRunsOnItsCaller) {
