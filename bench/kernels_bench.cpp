@@ -84,7 +84,8 @@ void shapes_bf16(benchmark::internal::Benchmark* b) {
                                                     {256, 256, 64},
                                                     {8192, 256, 16},  // tiny
                                                     {4096, 2048, 1},
-                                                    {4096, 2048, 64}})  // 30B q_proj
+                                                    {4096, 2048, 64},  // 30B q_proj
+                                                    {65536, 2048, 1}})  // 256 MB: from DRAM
       b->Args({s[0], s[1], s[2], t});
 }
 

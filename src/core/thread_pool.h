@@ -59,9 +59,10 @@ class ThreadPool {
   std::atomic<uint64_t> ticket_{0};  // generation << 32 | next chunk
   std::atomic<uint32_t> epoch_{0};   // generation of the latest job
   // Chunks of the current job not yet finished. 32 bits: std::atomic::wait on
-  // a 4-byte atomic is a futex on its own address; a wider one goes through
-  // libstdc++'s shared proxy word, and with it a caller once slept forever in
-  // wait_done after the last chunk was done (a moetier bench at 2 threads, GCC 12).
+  // a 4-byte atomic is a futex on its own address, while a wider one goes
+  // through libstdc++'s shared proxy word. With 64 bits a caller once slept
+  // forever in wait_done after every chunk had been claimed (a moetier bench
+  // at 2 threads, GCC 12); the proxy is the suspected cause, not a proven one.
   std::atomic<int32_t> pending_{0};
   std::atomic<int> sleepers_{0};   // workers blocked in epoch_.wait
   std::atomic<bool> busy_{false};  // a job is running (jobs never nest)

@@ -104,6 +104,7 @@ TEST_P(Cb3Matmul, MatchesReference) {
   const cpu::KernelPath saved = cpu::kernel_path();
   std::vector<cpu::KernelPath> paths{cpu::KernelPath::Portable};
   if (cpu::cpu_has_avx2()) paths.push_back(cpu::KernelPath::Avx2);
+  if (cpu::cpu_has_avx512()) paths.push_back(cpu::KernelPath::Avx512);
   for (cpu::KernelPath p : paths) {
     cpu::set_kernel_path(p);
     cpu::matmul(m.view, x.data(), n, out.data());

@@ -242,6 +242,7 @@ TEST(CpuKernels, GetRowDecodesEveryEncoding) {
 std::vector<cpu::KernelPath> paths() {
   std::vector<cpu::KernelPath> p{cpu::KernelPath::Portable};
   if (cpu::cpu_has_avx2()) p.push_back(cpu::KernelPath::Avx2);
+  if (cpu::cpu_has_avx512()) p.push_back(cpu::KernelPath::Avx512);
   return p;
 }
 

@@ -38,6 +38,7 @@ struct Mxfp4Matrix {
 std::vector<cpu::KernelPath> paths() {
   std::vector<cpu::KernelPath> p{cpu::KernelPath::Portable};
   if (cpu::cpu_has_avx2()) p.push_back(cpu::KernelPath::Avx2);
+  if (cpu::cpu_has_avx512()) p.push_back(cpu::KernelPath::Avx512);
   return p;
 }
 
@@ -147,6 +148,29 @@ TEST(Q8, MatmulIsBatchAndThreadInvariantOnEveryPath) {
         if (first.empty()) first = all;
         EXPECT_EQ(all, first) << "threads " << threads;
       }
+    }
+  }
+}
+
+// The avx512 path's VNNI kernels compute the AVX2 kernels' bits (q8.h), one
+// activation row (straight from the stored rows) and several (decoded tiles),
+// with an even and an odd number of blocks per row.
+TEST(Q8, Avx512GivesTheAvx2Bits) {
+  if (!cpu::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  Guard guard;
+  cpu::set_mxfp4_activations(cpu::Activations::Q8);
+  std::mt19937 rng(47);
+  for (auto [rows, cols] :
+       std::vector<std::array<int64_t, 2>>{{67, 160}, {9, 96}, {130, 2048}, {21, 768}, {6, 32}}) {
+    Mxfp4Matrix w(rows, cols, rng);
+    for (int64_t n : {1, 2, 5}) {
+      auto x = randn(size_t(n * cols), rng);
+      std::vector<float> y2(size_t(n * rows), NAN), y5(y2.size(), -1.0f);
+      cpu::set_kernel_path(cpu::KernelPath::Avx2);
+      cpu::matmul(w.view, x.data(), n, y2.data());
+      cpu::set_kernel_path(cpu::KernelPath::Avx512);
+      cpu::matmul(w.view, x.data(), n, y5.data());
+      EXPECT_EQ(y5, y2) << rows << "x" << cols << " n " << n;
     }
   }
 }

@@ -58,7 +58,7 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
   const int64_t kv_stride = n_kv * head_dim;
   const int64_t pairs = n_q * n_heads;
   const bool parallel = (first_pos + n_q) * head_dim * pairs >= (int64_t(1) << 16);
-  auto one = kernel_path() == KernelPath::Avx2 ? attend_one_avx2 : attend_one;
+  auto one = vector_path(kernel_path()) ? attend_one_avx2 : attend_one;
   global_pool().parallel_for(pairs, parallel ? 1 : pairs, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> p;
     if (p.size() < size_t(first_pos + n_q)) p.resize(size_t(first_pos + n_q));

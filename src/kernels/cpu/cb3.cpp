@@ -90,7 +90,7 @@ void decode_cb3_row(const MatView& w, int64_t r, float* out) {
   const int64_t row_bytes = kernels::cb3_row_bytes(w.cols);
   const uint8_t* codes = static_cast<const uint8_t*>(w.data) + r * row_bytes;
   const uint8_t* book = w.scales + r * 16;
-  if (kernel_path() == KernelPath::Avx2)
+  if (vector_path(kernel_path()))
     best_cb3_decode()(codes, book, w.cols, out);
   else
     decode_cb3_portable(codes, book, w.cols, out);

@@ -17,8 +17,15 @@ KernelPath from_env() {
     check(cpu_has_avx2(), "MOETIER_CPU_KERNELS=avx2: this CPU lacks AVX2, FMA or F16C");
     return KernelPath::Avx2;
   }
-  check(s == "auto" || s.empty(), "MOETIER_CPU_KERNELS: '{}' is not portable, avx2 or auto", s);
-  return cpu_has_avx2() ? KernelPath::Avx2 : KernelPath::Portable;
+  if (s == "avx512") {
+    check(cpu_has_avx512(), "MOETIER_CPU_KERNELS=avx512: this CPU lacks AVX-512 (F, BW, VL, VNNI)");
+    return KernelPath::Avx512;
+  }
+  check(s == "auto" || s.empty(), "MOETIER_CPU_KERNELS: '{}' is not portable, avx2, avx512 or auto",
+        s);
+  return cpu_has_avx512() ? KernelPath::Avx512
+         : cpu_has_avx2() ? KernelPath::Avx2
+                          : KernelPath::Portable;
 }
 
 std::atomic<int> g_path{-1};
@@ -44,6 +51,17 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool ok = cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok;
+#else
+  return false;
+#endif
+}
+
 KernelPath kernel_path() {
   int p = g_path.load(std::memory_order_relaxed);
   if (p < 0) {
@@ -56,10 +74,14 @@ KernelPath kernel_path() {
 void set_kernel_path(KernelPath p) {
   check(p != KernelPath::Avx2 || cpu_has_avx2(),
         "kernel path avx2: this CPU lacks AVX2, FMA or F16C");
+  check(p != KernelPath::Avx512 || cpu_has_avx512(),
+        "kernel path avx512: this CPU lacks AVX-512 (F, BW, VL, VNNI)");
   g_path.store(int(p), std::memory_order_relaxed);
 }
 
-const char* kernel_path_name(KernelPath p) { return p == KernelPath::Avx2 ? "avx2" : "portable"; }
+const char* kernel_path_name(KernelPath p) {
+  return p == KernelPath::Avx512 ? "avx512" : p == KernelPath::Avx2 ? "avx2" : "portable";
+}
 
 }  // namespace moetier::cpu
 

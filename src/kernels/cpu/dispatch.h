@@ -1,8 +1,11 @@
-// Which CPU kernel path runs: the portable C++ one or the AVX2+FMA one.
-// Auto picks AVX2 when the CPU has AVX2, FMA and F16C. The environment
-// variable MOETIER_CPU_KERNELS=portable|avx2|auto, read once at first use,
-// forces a path (the test suite runs on each); set_kernel_path overrides it.
-// Asking for avx2 on a CPU without it is an Error.
+// Which CPU kernel path runs: the portable C++ one, the AVX2+FMA one, or the
+// AVX-512 one (the f32-activation matmuls 16 columns at a time, in an order
+// of their own; everything else as on the AVX2 path). Auto picks the widest
+// the CPU has (AVX-512 F, BW, VL and VNNI on top of AVX2, FMA and F16C); the
+// q8 matmuls run there with VNNI and give the AVX2 path's bits. The environment
+// variable MOETIER_CPU_KERNELS=portable|avx2|avx512|auto, read once at first
+// use, forces a path (the test suite runs on each); set_kernel_path overrides
+// it. Asking for a path the CPU lacks is an Error.
 //
 // Activations of MXFP4 matmuls: q8 (default; int8 blocks of 32 with one
 // scale, integer dot products, kernels/cpu/q8.h) or f32 (exact: the canonical
@@ -13,12 +16,15 @@
 
 namespace moetier::cpu {
 
-enum class KernelPath { Portable, Avx2 };
+enum class KernelPath { Portable, Avx2, Avx512 };
 
 KernelPath kernel_path();
 void set_kernel_path(KernelPath p);
 const char* kernel_path_name(KernelPath p);
-bool cpu_has_avx2();  // AVX2 + FMA + F16C
+bool cpu_has_avx2();    // AVX2 + FMA + F16C
+bool cpu_has_avx512();  // those and AVX-512 F, BW, VL, VNNI
+// The AVX2 kernels (attention, q8, cb3 decoding) run on both vector paths.
+inline bool vector_path(KernelPath p) { return p != KernelPath::Portable; }
 
 enum class Activations { F32, Q8 };
 

@@ -5,8 +5,9 @@
 //
 // Work split: rows are cut into tiles of 4; the thread pool (core/thread_pool.h)
 // hands out chunks of kTilesPerChunk tiles. Per tile:
-//   - n == 1 on the AVX2 path (f32, bf16, mxfp4 with cols % 8 == 0): the 4
-//     rows are decoded in registers inside the dot products (decode steps);
+//   - n == 1 on the AVX2 path (f32, bf16, mxfp4 with cols % 8 == 0) or the
+//     AVX-512 path (f32, bf16 with cols % 16 == 0): the 4 rows are decoded in
+//     registers inside the dot products (decode steps);
 //   - otherwise the 4 rows are decoded exactly to f32 into a per-thread
 //     scratch [4, padded cols] and every token's row of X is dotted against
 //     them, so each weight byte is decoded once per call.
@@ -77,10 +78,11 @@ void decode_row(const MatView& w, int64_t r, float* dst, int64_t padded) {
 
 struct Job {
   const MatView& w;
-  const float* x;  // [n, ld] zero-padded past cols
-  int64_t n, ld, groups;
-  float* y;  // [n, rows]
-  bool avx2, direct;
+  const float* x;         // [n, ld] zero-padded past cols
+  int64_t n, ld, groups;  // groups of 8 columns (16 on the AVX-512 path)
+  float* y;               // [n, rows]
+  KernelPath path;
+  bool direct;
 };
 
 // Rows of tile r0: r0..r0+3, repeating the last row past the end (its
@@ -108,11 +110,17 @@ void tile_direct(const Job& j, int64_t r0) {
   } else if (w.enc == WeightEncoding::BF16) {
     const uint16_t* rows[4];
     for (int i = 0; i < 4; ++i) rows[i] = static_cast<const uint16_t*>(w.data) + idx[i] * w.cols;
-    detail::direct4_bf16_avx2(rows, j.x, j.groups, out);
+    if (j.path == KernelPath::Avx512)
+      detail::direct4_bf16_avx512(rows, j.x, j.groups, out);
+    else
+      detail::direct4_bf16_avx2(rows, j.x, j.groups, out);
   } else {
     const float* rows[4];
     for (int i = 0; i < 4; ++i) rows[i] = static_cast<const float*>(w.data) + idx[i] * w.cols;
-    detail::direct4_f32_avx2(rows, j.x, j.groups, out);
+    if (j.path == KernelPath::Avx512)
+      detail::direct4_f32_avx512(rows, j.x, j.groups, out);
+    else
+      detail::direct4_f32_avx2(rows, j.x, j.groups, out);
   }
   store(j, 0, r0, out);
 }
@@ -121,10 +129,28 @@ void tile_scratch(const Job& j, int64_t r0, float* scratch /* [4, ld] */) {
   int64_t idx[4];
   row_indices(r0, j.w.rows, idx);
   for (int i = 0; i < 4; ++i) decode_row(j.w, idx[i], scratch + i * j.ld, j.ld);
-  float out[4];
-  for (int64_t t = 0; t < j.n; ++t) {
+  float out[12];
+  int64_t t = 0;
+  // Three tokens at a time (all 4 rows, or 2 rows twice): the same bits as below.
+  for (; j.path != KernelPath::Portable && t + 3 <= j.n; t += 3) {
+    if (j.path == KernelPath::Avx512) {
+      detail::tile4x3_avx512(scratch, j.ld, j.x + t * j.ld, j.ld, j.groups, out);
+      for (int u = 0; u < 3; ++u) store(j, t + u, r0, out + 4 * u);
+      continue;
+    }
+    float o[2][6];
+    for (int h = 0; h < 2; ++h)
+      detail::tile2x3_avx2(scratch + 2 * h * j.ld, j.ld, j.x + t * j.ld, j.ld, j.groups, o[h]);
+    for (int u = 0; u < 3; ++u) {
+      const float v[4] = {o[0][2 * u], o[0][2 * u + 1], o[1][2 * u], o[1][2 * u + 1]};
+      store(j, t + u, r0, v);
+    }
+  }
+  for (; t < j.n; ++t) {
     const float* xt = j.x + t * j.ld;
-    if (j.avx2)
+    if (j.path == KernelPath::Avx512)
+      detail::tile4_avx512(scratch, j.ld, xt, j.groups, out);
+    else if (j.path == KernelPath::Avx2)
       detail::tile4_avx2(scratch, j.ld, xt, j.groups, out);
     else
       detail::tile4_portable(scratch, j.ld, xt, j.groups, out);
@@ -162,8 +188,10 @@ void matmul(const MatView& w, const float* x, int64_t n, float* y) {
   if (n <= 0 || w.rows <= 0) return;
   if (w.enc == WeightEncoding::MXFP4 && mxfp4_activations() == Activations::Q8)
     return detail::matmul_mxfp4_q8(w, x, n, y);
-  const int64_t groups = (w.cols + 7) / 8, ld = groups * 8;
-  // X padded with zeros to whole groups of 8 (a copy only when cols % 8 != 0).
+  const KernelPath path = kernel_path();
+  const int64_t width = path == KernelPath::Avx512 ? 16 : 8;
+  const int64_t groups = (w.cols + width - 1) / width, ld = groups * width;
+  // X padded with zeros to whole groups (a copy only when cols is not a multiple).
   thread_local std::vector<float> xpad;
   const float* xp = x;
   if (ld != w.cols) {
@@ -171,9 +199,12 @@ void matmul(const MatView& w, const float* x, int64_t n, float* y) {
     for (int64_t t = 0; t < n; ++t) std::copy_n(x + t * w.cols, w.cols, xpad.data() + t * ld);
     xp = xpad.data();
   }
-  const bool avx2 = kernel_path() == KernelPath::Avx2;
-  const bool direct = avx2 && n == 1 && ld == w.cols && w.enc != WeightEncoding::CB3;
-  const Job job{w, xp, n, ld, groups, y, avx2, direct};
+  // One token straight from the stored rows (no AVX-512 MXFP4 f32 kernel:
+  // there those decode through the scratch, as batches do).
+  const bool direct = path != KernelPath::Portable && n == 1 && ld == w.cols &&
+                      w.enc != WeightEncoding::CB3 &&
+                      !(path == KernelPath::Avx512 && w.enc == WeightEncoding::MXFP4);
+  const Job job{w, xp, n, ld, groups, y, path, direct};
   const int64_t tiles = (w.rows + 3) / 4;
   const bool parallel = w.rows * w.cols * n >= kParallelMin;
   global_pool().parallel_for(tiles, parallel ? kTilesPerChunk : tiles,

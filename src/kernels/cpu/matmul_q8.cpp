@@ -2,8 +2,8 @@
 // (kernels/cpu/q8.h): each row of X is quantized once per call, then the rows
 // of W are cut into tiles of 4 that the thread pool hands out in chunks.
 // Per tile:
-//   - n == 1 on the AVX2 path: the 4 rows are decoded in registers inside the
-//     integer dot products (decode steps);
+//   - n == 1 on the AVX2 or AVX-512 path: the 4 rows are decoded in registers
+//     inside the integer dot products (decode steps);
 //   - otherwise the 4 rows are decoded once into a per-thread scratch
 //     (u [4, cols] bytes, s [4, blocks]) and every row of X is dotted with it.
 // Both give the same bits (the q8 order does not depend on the tile).
@@ -26,8 +26,8 @@ struct Q8Job {
   const int8_t* q;  // [n, cols]
   const float* d;   // [n, blocks]
   int64_t n, blocks;
-  float* y;  // [n, rows]
-  bool avx2;
+  float* y;           // [n, rows]
+  bool avx2, avx512;  // the avx512 path: its VNNI kernels (the AVX2 kernels' bits)
 };
 
 void row_ptrs(const Q8Job& j, int64_t r0, const uint8_t** codes, const uint8_t** scales) {
@@ -64,7 +64,9 @@ void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vect
     const int64_t nt = std::min(kTokensPerStep, j.n - t0);
     const int8_t* q = j.q + t0 * cols;
     const float* d = j.d + t0 * j.blocks;
-    if (j.avx2)
+    if (j.avx512)
+      q8_tile4_avx512(tile, q, d, cols, j.blocks, nt, out);
+    else if (j.avx2)
       q8_tile4_avx2(tile, q, d, cols, j.blocks, nt, out);
     else
       q8_tile4_portable(tile, q, d, cols, j.blocks, nt, out);
@@ -78,7 +80,10 @@ void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
       const uint8_t *codes[4], *scales[4];
       row_ptrs(j, 4 * t, codes, scales);
       float out[4];
-      q8_direct4_mxfp4_avx2(codes, scales, j.q, j.d, j.blocks, out);
+      if (j.avx512)
+        q8_direct4_mxfp4_avx512(codes, scales, j.q, j.d, j.blocks, out);
+      else
+        q8_direct4_mxfp4_avx2(codes, scales, j.q, j.d, j.blocks, out);
       store(j, 0, 1, 4 * t, out);
     }
     return;
@@ -92,7 +97,8 @@ void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
 
 void matmul_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y) {
   const int64_t blocks = w.cols / 32;
-  const bool avx2 = kernel_path() == KernelPath::Avx2;
+  const KernelPath path = kernel_path();
+  const bool avx2 = vector_path(path);
   thread_local std::vector<int8_t> q;  // [n, cols]
   thread_local std::vector<float> d;   // [n, blocks]
   q.resize(size_t(n * w.cols));
@@ -103,7 +109,7 @@ void matmul_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y) {
     else
       quantize_q8_portable(x + t * w.cols, blocks, q.data() + t * w.cols, d.data() + t * blocks);
   }
-  const Q8Job job{w, q.data(), d.data(), n, blocks, y, avx2};
+  const Q8Job job{w, q.data(), d.data(), n, blocks, y, avx2, path == KernelPath::Avx512};
   const int64_t tiles = (w.rows + 3) / 4;
   const bool parallel = w.rows * w.cols * n >= kParallelMin;
   global_pool().parallel_for(tiles, parallel ? kTilesPerChunk : tiles,

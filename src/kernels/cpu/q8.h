@@ -21,7 +21,8 @@
 //   A = 0; for b ascending: A[l] = A[l] + float(lane_b[l]) * (s[b] * d[b]);
 //   y = ((A0+A4) + (A2+A6)) + ((A1+A5) + (A3+A7)).
 // The AVX2 path fuses the multiply-add (FMA), the portable one does not
-// (compiled with -ffp-contract=off); both are batch-invariant.
+// (compiled with -ffp-contract=off); both are batch-invariant. The AVX-512
+// path computes the AVX2 path's bits (the same lanes, added the same way).
 #pragma once
 
 #include <bit>
@@ -67,11 +68,16 @@ void q8_tile4_portable(const Q8Tile& w, const int8_t* q, const float* d, int64_t
                        int64_t n, float* out);
 void q8_tile4_avx2(const Q8Tile& w, const int8_t* q, const float* d, int64_t ldq, int64_t ldd,
                    int64_t n, float* out);
+// The same bits with AVX-512 VNNI (q8_avx512.cpp; the avx512 path).
+void q8_tile4_avx512(const Q8Tile& w, const int8_t* q, const float* d, int64_t ldq, int64_t ldd,
+                     int64_t n, float* out);
 
 // The same result straight from the stored MXFP4 rows, for one activation
 // row (decode steps): codes[i] [16 * blocks], scales[i] [blocks].
 void q8_direct4_mxfp4_avx2(const uint8_t* const codes[4], const uint8_t* const scales[4],
                            const int8_t* q, const float* d, int64_t blocks, float* out);
+void q8_direct4_mxfp4_avx512(const uint8_t* const codes[4], const uint8_t* const scales[4],
+                             const int8_t* q, const float* d, int64_t blocks, float* out);
 
 // Y [n, rows] = X [n, cols] W^T for MXFP4 w in the q8 order, threaded over
 // tiles of 4 rows (kernels/cpu/matmul_q8.cpp). Called by cpu::matmul.

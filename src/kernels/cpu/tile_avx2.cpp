@@ -99,6 +99,30 @@ void tile4_avx2(const float* w, int64_t ld, const float* x, int64_t groups, floa
   dot4(load4, load1, x, groups, out);
 }
 
+// Rows w, w + ld against tokens x, x + ldx, x + 2 ldx: each output in the
+// canonical order (a0 takes the even groups, a1 the odd ones, ascending), so
+// its bits are tile4_avx2's; 12 accumulators, each weight load serves 3 tokens.
+void tile2x3_avx2(const float* w, int64_t ld, const float* x, int64_t ldx, int64_t groups,
+                  float* out) {
+  __m256 a[2][2][3];
+  for (auto& p : a)
+    for (auto& r : p)
+      for (auto& v : r) v = _mm256_setzero_ps();
+  auto step = [&](int p, int64_t g) {
+    const __m256 w0 = _mm256_loadu_ps(w + 8 * g), w1 = _mm256_loadu_ps(w + ld + 8 * g);
+    for (int t = 0; t < 3; ++t) {
+      const __m256 xt = _mm256_loadu_ps(x + t * ldx + 8 * g);
+      a[p][0][t] = _mm256_fmadd_ps(w0, xt, a[p][0][t]);
+      a[p][1][t] = _mm256_fmadd_ps(w1, xt, a[p][1][t]);
+    }
+  };
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) step(0, g), step(1, g + 1);
+  if (g < groups) step(0, g);
+  for (int t = 0; t < 3; ++t)
+    for (int r = 0; r < 2; ++r) out[2 * t + r] = hsum(_mm256_add_ps(a[0][r][t], a[1][r][t]));
+}
+
 void direct4_f32_avx2(const float* const rows[4], const float* x, int64_t groups, float* out) {
   auto load4 = [&](int i, int64_t b, __m256* v) {
     for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(rows[i] + 32 * b + 8 * j);
@@ -134,6 +158,7 @@ void direct4_mxfp4_avx2(const uint8_t* const codes[4], const uint8_t* const scal
 #else
 // Not x86-64: the AVX2 path is never selected (cpu_has_avx2() is false).
 namespace moetier::cpu::detail {
+void tile2x3_avx2(const float*, int64_t, const float*, int64_t, int64_t, float*) {}
 void tile4_avx2(const float*, int64_t, const float*, int64_t, float*) {}
 void direct4_f32_avx2(const float* const*, const float*, int64_t, float*) {}
 void direct4_bf16_avx2(const uint16_t* const*, const float*, int64_t, float*) {}
