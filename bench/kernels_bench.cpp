@@ -97,7 +97,9 @@ void shapes_mxfp4(benchmark::internal::Benchmark* b) {
                                            {64, 256, 48},  // tiny expert gate, down, prefill
                                            {768, 2048, 1},
                                            {2048, 768, 1},
-                                           {768, 2048, 32}})  // 30B expert
+                                           {768, 2048, 32},   // 30B expert
+                                           {65536, 2048, 1},  // 68 MB: from DRAM
+                                           {65536, 2048, 4}})
       b->Args({s[0], s[1], s[2], t});
 }
 

@@ -163,7 +163,7 @@ TEST(Q8, Avx512GivesTheAvx2Bits) {
   for (auto [rows, cols] :
        std::vector<std::array<int64_t, 2>>{{67, 160}, {9, 96}, {130, 2048}, {21, 768}, {6, 32}}) {
     Mxfp4Matrix w(rows, cols, rng);
-    for (int64_t n : {1, 2, 5}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 9}) {
       auto x = randn(size_t(n * cols), rng);
       std::vector<float> y2(size_t(n * rows), NAN), y5(y2.size(), -1.0f);
       cpu::set_kernel_path(cpu::KernelPath::Avx2);

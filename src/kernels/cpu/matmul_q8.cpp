@@ -2,8 +2,9 @@
 // (kernels/cpu/q8.h): each row of X is quantized once per call, then the rows
 // of W are cut into tiles of 4 that the thread pool hands out in chunks.
 // Per tile:
-//   - n == 1 on the AVX2 or AVX-512 path: the 4 rows are decoded in registers
-//     inside the integer dot products (decode steps);
+//   - n == 1 on the AVX2 path, n <= kQ8DirectTokens on the AVX-512 path: the
+//     4 rows are decoded in registers inside the integer dot products (decode
+//     steps; experts few tokens chose);
 //   - otherwise the 4 rows are decoded once into a per-thread scratch
 //     (u [4, cols] bytes, s [4, blocks]) and every row of X is dotted with it.
 // Both give the same bits (the q8 order does not depend on the tile).
@@ -75,16 +76,17 @@ void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vect
 }
 
 void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
-  if (j.avx2 && j.n == 1) {
+  if ((j.avx2 && j.n == 1) || (j.avx512 && j.n <= kQ8DirectTokens)) {
+    const int64_t cols = 32 * j.blocks;
     for (int64_t t = tile0; t < tile1; ++t) {
       const uint8_t *codes[4], *scales[4];
       row_ptrs(j, 4 * t, codes, scales);
-      float out[4];
+      float out[4 * kQ8DirectTokens];
       if (j.avx512)
-        q8_direct4_mxfp4_avx512(codes, scales, j.q, j.d, j.blocks, out);
+        q8_direct4_mxfp4_avx512(codes, scales, j.q, j.d, cols, j.blocks, j.blocks, j.n, out);
       else
         q8_direct4_mxfp4_avx2(codes, scales, j.q, j.d, j.blocks, out);
-      store(j, 0, 1, 4 * t, out);
+      store(j, 0, j.n, 4 * t, out);
     }
     return;
   }

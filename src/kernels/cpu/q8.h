@@ -76,8 +76,13 @@ void q8_tile4_avx512(const Q8Tile& w, const int8_t* q, const float* d, int64_t l
 // row (decode steps): codes[i] [16 * blocks], scales[i] [blocks].
 void q8_direct4_mxfp4_avx2(const uint8_t* const codes[4], const uint8_t* const scales[4],
                            const int8_t* q, const float* d, int64_t blocks, float* out);
+// n activation rows (q [n, ldq], d [n, ldd]) straight from the stored rows,
+// up to kQ8DirectTokens at a time: out[t * 4 + i]. The avx512 path takes it
+// for n <= kQ8DirectTokens (decode steps, and experts that few tokens chose).
+constexpr int64_t kQ8DirectTokens = 4;
 void q8_direct4_mxfp4_avx512(const uint8_t* const codes[4], const uint8_t* const scales[4],
-                             const int8_t* q, const float* d, int64_t blocks, float* out);
+                             const int8_t* q, const float* d, int64_t ldq, int64_t ldd,
+                             int64_t blocks, int64_t n, float* out);
 
 // Y [n, rows] = X [n, cols] W^T for MXFP4 w in the q8 order, threaded over
 // tiles of 4 rows (kernels/cpu/matmul_q8.cpp). Called by cpu::matmul.

@@ -8,6 +8,7 @@
 // last header.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu/q8.h"
@@ -113,24 +114,67 @@ void q8_tile4_avx512(const Q8Tile& w, const int8_t* q, const float* d, int64_t l
   for (int64_t t = 0; t < n; ++t) tile4x1(w, q + t * ldq, d + t * ldd, out + 4 * t);
 }
 
-void q8_direct4_mxfp4_avx512(const uint8_t* const codes[4], const uint8_t* const scales[4],
-                             const int8_t* q, const float* d, int64_t blocks, float* out) {
-  __m256 acc[4];
-  for (auto& a : acc) a = _mm256_setzero_ps();
+namespace {
+
+// 4 stored rows against T activation rows (q [T, ldq], d [T, ldd]): each block
+// pair decoded once in registers for the T tokens; out[t * 4 + i]. Rows of a
+// tile lie one after another, so the same row of the next tile is 4 rows
+// ahead: each row asks for it (codes line by line, its scales once).
+template <int T>
+void direct4xT(const uint8_t* const codes[4], const uint8_t* const scales[4], const int8_t* q,
+               const float* d, int64_t ldq, int64_t ldd, int64_t blocks, float* out) {
+  __m256 acc[T][4];
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm256_setzero_ps();
+  const int64_t ahead = 4 * 16 * blocks;
+  for (int i = 0; i < 4; ++i)
+    _mm_prefetch(reinterpret_cast<const char*>(scales[i] + 4 * blocks), _MM_HINT_T0);
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    const __m512i qq = load64(q + 32 * b), corr = corr2(qq);
+    __m512i qq[T], corr[T];
+    for (int t = 0; t < T; ++t) qq[t] = load64(q + t * ldq + 32 * b), corr[t] = corr2(qq[t]);
     for (int i = 0; i < 4; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(codes[i] + 16 * b + ahead), _MM_HINT_T0);
       const __m512i u = mxfp4_u2(codes[i] + 16 * b);
-      const __m512i l = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, qq), corr);
-      acc[i] = add2(acc[i], l, kHalf.v[scales[i][b]] * d[b], kHalf.v[scales[i][b + 1]] * d[b + 1]);
+      const float s0 = kHalf.v[scales[i][b]], s1 = kHalf.v[scales[i][b + 1]];
+      for (int t = 0; t < T; ++t) {
+        const __m512i l =
+            _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, qq[t]), corr[t]);
+        acc[t][i] = add2(acc[t][i], l, s0 * d[t * ldd + b], s1 * d[t * ldd + b + 1]);
+      }
     }
   }
   if (b < blocks)
-    for (int i = 0; i < 4; ++i)
-      acc[i] = add1(acc[i], mxfp4_u1(codes[i] + 16 * b), load32(q + 32 * b),
-                    kHalf.v[scales[i][b]] * d[b]);
-  for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i u = mxfp4_u1(codes[i] + 16 * b);
+      for (int t = 0; t < T; ++t)
+        acc[t][i] = add1(acc[t][i], u, load32(q + t * ldq + 32 * b),
+                         kHalf.v[scales[i][b]] * d[t * ldd + b]);
+    }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < 4; ++i) out[4 * t + i] = hsum(acc[t][i]);
+}
+
+}  // namespace
+
+void q8_direct4_mxfp4_avx512(const uint8_t* const codes[4], const uint8_t* const scales[4],
+                             const int8_t* q, const float* d, int64_t ldq, int64_t ldd,
+                             int64_t blocks, int64_t n, float* out) {
+  for (int64_t t = 0; t < n;) {
+    const int64_t m = std::min<int64_t>(n - t, kQ8DirectTokens);
+    const int8_t* qt = q + t * ldq;
+    const float* dt = d + t * ldd;
+    float* o = out + 4 * t;
+    if (m == 4)
+      direct4xT<4>(codes, scales, qt, dt, ldq, ldd, blocks, o);
+    else if (m == 3)
+      direct4xT<3>(codes, scales, qt, dt, ldq, ldd, blocks, o);
+    else if (m == 2)
+      direct4xT<2>(codes, scales, qt, dt, ldq, ldd, blocks, o);
+    else
+      direct4xT<1>(codes, scales, qt, dt, ldq, ldd, blocks, o);
+    t += m;
+  }
 }
 
 }  // namespace moetier::cpu::detail
@@ -143,6 +187,6 @@ namespace moetier::cpu::detail {
 void q8_tile4_avx512(const Q8Tile&, const int8_t*, const float*, int64_t, int64_t, int64_t,
                      float*) {}
 void q8_direct4_mxfp4_avx512(const uint8_t* const[4], const uint8_t* const[4], const int8_t*,
-                             const float*, int64_t, float*) {}
+                             const float*, int64_t, int64_t, int64_t, int64_t, float*) {}
 }  // namespace moetier::cpu::detail
 #endif
