@@ -709,6 +709,10 @@ TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
   }
 }
 
+#ifndef MOETIER_CUDA_MIN_ARCH  // a build without CUDA (every test here skips)
+#define MOETIER_CUDA_MIN_ARCH 0
+#endif
+
 // Sets an environment variable for a scope (the CUDA backend reads its
 // switches when it is made).
 class EnvVar {
@@ -776,11 +780,15 @@ TEST(CudaOps, FusedMoeKernelMatchesCpu) {
     }  // the backend writes its op timing here
     std::ifstream in(timing);
     const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(ops.find("resident experts (fused)") != std::string::npos,
-              std::string(moe) == "fused")
-        << ops;
-    EXPECT_EQ(ops.find("resident experts (q8)") != std::string::npos, std::string(moe) == "q8")
-        << ops;
+    const bool fused = ops.find("resident experts (fused)") != std::string::npos;
+    const bool q8 = ops.find("resident experts (q8)") != std::string::npos;
+    if (std::string(moe) == "q8") {
+      EXPECT_TRUE(q8 && !fused) << ops;
+    } else if (MOETIER_CUDA_MIN_ARCH >= 90) {
+      // Every case applies on an H200; a GPU with less shared memory per
+      // block (sm_120: 99 KB) fits the smaller ones only, the rest take q8.
+      EXPECT_TRUE(fused) << ops;
+    }
   }
 }
 

@@ -186,30 +186,24 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                    void* scratch, float* out, bool early, cudaStream_t s);
-// The same step with the weights streamed into shared memory by the bulk copy
-// engine (kernels/cuda/moe_stream.cuh; sm_90+, a persistent grid of `grid`
-// blocks, default one per SM, each kernel's shared memory within `budget`).
-// Applies where hidden % 512 == 0 and inter % 256 == 0 (moe_stream_applies).
-// bulk: every pointer of the table (codes and scales) is 16-byte aligned
-// device memory. Same scratch as moe_decode_q8; false where it does not apply.
+// The same step in one persistent launch after quantize, its weights streamed
+// into shared memory by the bulk copy engine (kernels/cuda/moe_stream.cuh;
+// sm_90+; opt-in, MOETIER_CUDA_MOE=fused). Applies where moe_stream_applies
+// (hidden % 512 == 0, inter % 256 == 0, k x inter / 32 <= 512; bulk: every
+// pointer of the table, codes and scales, 16-byte aligned) and the shared
+// memory fits. grid: blocks (default and at most one per SM); budget: its
+// shared memory. bar: two device words, 0 before the first launch, used by one
+// launch at a time (its grid barrier). Same scratch as moe_decode_q8; false
+// (nothing launched) where it does not apply.
 struct StreamConfig {
   int grid = 0;
-  size_t budget = 220 << 10, down_budget = 200 << 10;  // gate/up (or fused), down
-  int parts = 7;  // kernels launched: 1 quantize, 2 gate/up, 4 down (for timing them apart)
+  size_t budget = 220 << 10;
 };
 bool moe_stream_applies(WeightEncoding enc, bool bulk, int k, int64_t hidden, int64_t inter);
-// The same kernels' two phases in one persistent launch (after quantize), a
-// grid barrier between them (moe_fused_stream_kernel): bar is two device words,
-// 0 before the first launch, used by one launch at a time; cfg.budget bounds
-// its shared memory (down_budget and parts are unused).
 bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
                       const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                       void* scratch, float* out, unsigned* bar, bool early, cudaStream_t s,
                       const StreamConfig& cfg = {});
-bool moe_decode_stream(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
-                       const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                       void* scratch, float* out, bool early, cudaStream_t s,
-                       const StreamConfig& cfg = {});
 
 // Fused steps (kernels/cuda/fused.cu; Backend's fused ops). add_rmsnorm: x
 // [n, dim] += y, xn = rmsnorm(x). gemv_multi: y[m] [rows[m]] = w[m] x for up to

@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 
 }  // namespace
 
-// moe_decode_q8: x and h as q8 blocks and their scales; moe_decode_stream: x as
+// moe_decode_q8: x and h as q8 blocks and their scales; moe_decode_fused: x as
 // q8 (128-byte aligned), then h [k, inter] as f32 (twice the bytes of h's q8 blocks).
 size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter) {
   return align128(size_t(hidden / 32) * (sizeof(Q8x) + sizeof(float))) + size_t(k * inter) * 4 + 16;
@@ -272,115 +272,51 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 
 namespace {
 
-// The current device's SM count (the persistent grids: at most one block per
-// SM, so that every block of the fused kernel is resident at its barrier).
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 0;
-  return n;
-}
+// What the fused kernel needs of the current device, read once per device:
+// its SM count (one block per SM, so that every block is resident at the grid
+// barrier) and the shared memory a block may opt into, less what the kernel
+// declares statically (0 where bulk copies cannot run: a device below sm_90,
+// or a build with an architecture below it, where they compile to nothing).
+struct DeviceLimits {
+  int sms = 0;
+  size_t smem = 0;
+};
+constexpr int kMaxDevices = 64;
 
-// The shared memory a block of the current device may opt into, less what the
-// stream kernels declare statically; 0 where bulk copies cannot run (a device
-// below sm_90, or a build with an architecture below it: there the copies
-// compile to nothing, launch.cuh).
-size_t bulk_smem_limit() {
-  int dev = 0, major = 0, optin = 0;
-  if (MOETIER_CUDA_MIN_ARCH < 90 || cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      major < 9)
-    return 0;
-  return size_t(optin) > 4096 ? size_t(optin) - 4096 : 0;
+std::mutex g_limits_mu;  // guards the two tables below
+
+DeviceLimits device_limits() {
+  static DeviceLimits known[kMaxDevices];
+  static bool read[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return {};
+  const std::lock_guard<std::mutex> lock(g_limits_mu);
+  if (!read[dev]) {
+    int sms = 0, major = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess)
+      known[dev] = {sms, MOETIER_CUDA_MIN_ARCH >= 90 && major >= 9 && optin > 4096
+                             ? size_t(optin) - 4096
+                             : 0};
+    read[dev] = true;
+  }
+  return known[dev];
 }
 
 // Raises a kernel's dynamic shared-memory limit to `bytes` once (not per
 // launch: launches are captured into graphs).
-template <typename K>
-bool smem_allowed(K kernel, size_t bytes) {
-  static std::mutex mu;
+bool smem_allowed(const void* kernel, size_t bytes) {
   static std::vector<std::pair<const void*, size_t>> set;  // kernel -> limit set
-  const std::lock_guard<std::mutex> lock(mu);
-  const void* key = reinterpret_cast<const void*>(kernel);
+  const std::lock_guard<std::mutex> lock(g_limits_mu);
   for (auto& [k, b] : set)
-    if (k == key && bytes <= b) return true;
+    if (k == kernel && bytes <= b) return true;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
       cudaSuccess)
     return false;
-  set.emplace_back(key, bytes);
+  set.emplace_back(kernel, bytes);
   return true;
 }
-
-// The ring depth (stages per warp) that fits `budget` bytes beside the q8
-// blocks; 0 where not even one fits.
-int ring_depth(size_t sb, int64_t nq, size_t budget) {
-  int p = 1;
-  while (p < 32 && stream_smem_bytes(sb, p + 1, nq) <= budget) ++p;
-  return stream_smem_bytes(sb, p, nq) <= budget ? p : 0;
-}
-
-using GateUpKernel = void (*)(const ExpertPtrs*, const int32_t*, const void*, int, int, int, float*,
-                              int, int);
-using DownKernel = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const float*, int,
-                            int, float*, int, int);
-GateUpKernel gate_up_kernel(int64_t nb) {
-  if (nb <= 32) return moe_gate_up_stream_kernel<1>;
-  if (nb <= 64) return moe_gate_up_stream_kernel<2>;
-  if (nb <= 128) return moe_gate_up_stream_kernel<4>;
-  return moe_gate_up_stream_kernel<8>;
-}
-template <int NU>
-DownKernel down_kernel_f(int64_t nq) {
-  if (nq * 8 <= 2 * kStreamThreads) return moe_down_stream_kernel<NU, 2>;
-  if (nq * 8 <= 4 * kStreamThreads) return moe_down_stream_kernel<NU, 4>;
-  return moe_down_stream_kernel<NU, 8>;
-}
-DownKernel down_kernel(int64_t nch, int64_t nq) {
-  if (nch <= 32) return down_kernel_f<1>(nq);
-  if (nch <= 64) return down_kernel_f<2>(nq);
-  return down_kernel_f<4>(nq);
-}
-
-}  // namespace
-
-bool moe_stream_applies(WeightEncoding enc, bool bulk, int k, int64_t hidden, int64_t inter) {
-  return bulk && moe_q8_applies(enc, true, k, hidden, inter) && hidden % 512 == 0 &&
-         inter % 256 == 0 && hidden <= 8192 && inter <= 4096 &&
-         k * (inter / 32) * 8 <= 8 * kStreamThreads;
-}
-
-bool moe_decode_stream(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
-                       const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                       void* scratch, float* out, bool early, cudaStream_t s,
-                       const StreamConfig& cfg) {
-  if (!moe_stream_applies(enc, bulk, k, hidden, inter)) return false;
-  const int grid = cfg.grid > 0 ? cfg.grid : sm_count();
-  const int64_t nb = hidden / 32, nch = inter / 32, nq = k * nch;
-  const size_t gsb = gu_stage_bytes(nb), dsb = dn_stage_bytes(nch), lim = bulk_smem_limit();
-  const int gp = ring_depth(gsb, nb, std::min(cfg.budget, lim));
-  const int dp = ring_depth(dsb, nq, std::min(cfg.down_budget, lim));
-  if (grid <= 0 || gp == 0 || dp == 0) return false;
-  const size_t gsm = stream_smem_bytes(gsb, gp, nb), dsm = stream_smem_bytes(dsb, dp, nq);
-  const GateUpKernel gk = gate_up_kernel(nb);
-  const DownKernel dk = down_kernel(nch, nq);
-  if (!smem_allowed(gk, gsm) || !smem_allowed(dk, dsm)) return false;
-  // scratch: x as q8t [nb], then h [k, inter] f32
-  float* h = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + align128(q8t_bytes(nb)));
-  const int e = early ? 1 : 0;
-  if (cfg.parts & 1)
-    launch(quantize_q8t_kernel, unsigned((nb + 127) / 128), 128, 0, s, x, int(nb), scratch, e);
-  if (cfg.parts & 2)
-    launch(gk, unsigned(grid), kStreamThreads, gsm, s, table, ids,
-           static_cast<const void*>(scratch), int(hidden), int(inter), k, h, gp, e);
-  if (cfg.parts & 4)
-    launch(dk, unsigned(grid), kStreamThreads, dsm, s, table, ids, weights, k,
-           static_cast<const float*>(h), int(hidden), int(inter), out, dp, e);
-  return true;
-}
-
-namespace {
 
 using FusedKernel = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const void*, int,
                              int, float*, float*, unsigned*, int, int);
@@ -398,20 +334,28 @@ FusedKernel fused_kernel(int64_t nb, int64_t nch) {
 
 }  // namespace
 
+bool moe_stream_applies(WeightEncoding enc, bool bulk, int k, int64_t hidden, int64_t inter) {
+  return bulk && moe_q8_applies(enc, true, k, hidden, inter) && hidden % 512 == 0 &&
+         inter % 256 == 0 && hidden <= 8192 && inter <= 4096 &&
+         k * (inter / 32) * 8 <= kMaxHF * kStreamThreads;
+}
+
 bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
                       const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                       void* scratch, float* out, unsigned* bar, bool early, cudaStream_t s,
                       const StreamConfig& cfg) {
   if (!moe_stream_applies(enc, bulk, k, hidden, inter)) return false;
-  const int sms = sm_count();  // the barrier needs every block resident: at most one per SM
-  const int grid = cfg.grid > 0 ? std::min(cfg.grid, sms) : sms;
+  const DeviceLimits lim = device_limits();
+  const int grid = cfg.grid > 0 ? std::min(cfg.grid, lim.sms) : lim.sms;
   const int64_t nb = hidden / 32, nch = inter / 32, nq = k * nch;
-  const size_t budget = std::min(cfg.budget, bulk_smem_limit());
+  const size_t budget = std::min(cfg.budget, lim.smem);
   int P = 1;
   while (P < 32 && fused_smem_bytes(nb, nch, nq, P + 1) <= budget) ++P;
   const size_t smem = fused_smem_bytes(nb, nch, nq, P);
   const FusedKernel fk = fused_kernel(nb, nch);
-  if (grid <= 0 || smem > budget || !smem_allowed(fk, smem)) return false;
+  if (grid <= 0 || smem > budget || !smem_allowed(reinterpret_cast<const void*>(fk), smem))
+    return false;
+  // scratch: x as q8t [nb], then h [k, inter] f32
   float* h = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + align128(q8t_bytes(nb)));
   const int e = early ? 1 : 0;
   launch(quantize_q8t_kernel, unsigned((nb + 127) / 128), 128, 0, s, x, int(nb), scratch, e);

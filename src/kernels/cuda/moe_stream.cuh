@@ -1,25 +1,32 @@
-// The resident MoE decode step for MXFP4 experts with q8 activations, its
-// weights streamed into shared memory by the bulk copy engine (sm_90+:
-// cp.async.bulk completing on an mbarrier): each warp keeps a private ring
-// of stages in flight, one copy instruction per matrix row instead of one
-// load per 16 bytes per lane, and no block-wide synchronization in the loop.
+// The resident MoE decode step for MXFP4 experts with q8 activations in one
+// persistent launch (opt-in: MOETIER_CUDA_MOE=fused; on the H200 it was not
+// faster than decode_q8.cu's kernels, docs/cuda.md), its weights streamed
+// into shared memory by the bulk copy engine (sm_90+: cp.async.bulk
+// completing on an mbarrier): each warp keeps a private ring of stages in
+// flight, one copy instruction per matrix row instead of one load per 16
+// bytes per lane, and no block-wide synchronization in the loop.
 //
-// Three kernels (decode_q8.cu's moe_decode_stream), each started with PDL:
+// Two kernels (decode_q8.cu's moe_decode_fused), each started with PDL:
 //  - quantize: x -> q8 blocks, word-transposed (Q8T: pair j of block b's
 //    codes at p[j * nb + b], so that lanes reading consecutive blocks read
 //    consecutive words of shared memory);
-//  - gate/up: a persistent grid, W warps per block; work unit g (one row of h
-//    of one selected expert: its gate row, up row and their scales) goes to
-//    warp (g / G) % W of block g % G, so consecutive units spread over the
-//    SMs. Each warp computes h = silu(gate x) * up x for its units and writes
-//    it as f32;
-//  - down: the same grid; work unit q (output rows 2q, 2q + 1) streams one
-//    stage per selected expert, in ascending id order (rank_experts); after
-//    its wait the block quantizes h into shared memory (q8, each block of 32
-//    with its slot's routing weight folded into the scale) and each warp
+//  - the MoE step on a grid of one block per SM, W warps a block, in two
+//    phases apart by a grid barrier:
+//    gate/up: work unit g (one row of h of one selected expert: its gate row,
+//    up row and their scales) goes to warp (g / G) % W of block g % G, so
+//    consecutive units spread over the SMs; each warp writes h = silu(gate x)
+//    * up x as f32 for its units;
+//    down: work unit q (output rows 2q, 2q + 1) streams one stage per
+//    selected expert, in ascending id order (rank_experts); after the barrier
+//    every block quantizes h into shared memory (q8, each block of 32 with
+//    its slot's routing weight folded into the scale) and each warp
 //    accumulates its two rows over the k stages of a unit.
+//    Each warp's ring runs on from its gate/up units into its down units, so
+//    down's weights stream in while gate/up ends and the barrier is crossed.
 // The integer block sums are those of the CPU's q8 mode; the f32 sums differ
 // from it (and from decode_q8.cu's kernels) only in their order, which is fixed.
+// A first version with gate/up and down as two kernels (f2e373a) measured the
+// same as decode_q8.cu's kernels (bench/results/h200-moe-probe.json).
 //
 // Ring protocol (per warp, P stages): lane 0 initializes the warp's P
 // mbarriers (count 1) before the block syncs; stage s of the warp lands in
@@ -116,16 +123,6 @@ __host__ __device__ constexpr size_t align128(size_t b) { return (b + 127) / 128
 __host__ __device__ constexpr size_t gu_stage_bytes(int64_t nb) { return size_t(nb) * 34; }
 // A down stage: two rows [2][nch] uint4 of one expert, their scales [2][nch].
 __host__ __device__ constexpr size_t dn_stage_bytes(int64_t nch) { return size_t(nch) * 34; }
-// Dynamic shared memory: the q8 blocks (nq), then W rings of P stages of sb
-// bytes, then W x P barriers.
-__host__ __device__ constexpr size_t ring_offset(int64_t nq) { return align128(q8t_bytes(nq)); }
-__host__ __device__ constexpr size_t bar_offset(size_t sb, int P, int64_t nq) {
-  return align128(ring_offset(nq) + size_t(kStreamWarps) * size_t(P) * sb);
-}
-__host__ __device__ constexpr size_t stream_smem_bytes(size_t sb, int P, int64_t nq) {
-  return bar_offset(sb, P, nq) + size_t(kStreamWarps) * size_t(P) * 8;
-}
-
 // Grid: ceil(nb / 128). x [nb * 32] -> xt (q8t_at(xt, nb)).
 __global__ void __launch_bounds__(128)
     quantize_q8t_kernel(const float* x, int nb, void* xt, int early) {
@@ -163,92 +160,23 @@ __device__ __forceinline__ void copy_q8t(const void* src, void* dst, int64_t nq)
   for (int64_t i = threadIdx.x; i < nq; i += blockDim.x) dd[i] = sd[i];
 }
 
-// Grid: G blocks of kStreamThreads (persistent). Shared memory:
-// stream_smem_bytes(gu_stage_bytes(nb), P, nb). h [k, inter] f32 (slot order).
-template <int NC>  // chunks per lane and row: ceil(nb / 32)
-__global__ void __launch_bounds__(kStreamThreads, 1)
-    moe_gate_up_stream_kernel(const ExpertPtrs* table, const int32_t* ids, const void* xt,
-                              int hidden, int inter, int k, float* h, int P, int early) {
-  extern __shared__ __align__(128) uint8_t sm[];
-  __shared__ const uint8_t* wp[32][4];  // slot -> gate codes, up codes, gate scales, up scales
-  const int nb = hidden / 32, G = int(gridDim.x), TW = G * kStreamWarps;
-  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  const int me = int(blockIdx.x) + G * warp, total = k * inter;
-  const int mine = me < total ? (total - me + TW - 1) / TW : 0;
-  const size_t sb = gu_stage_bytes(nb);
-  const Q8T x = q8t_at(sm, nb);
-  uint8_t* ring = sm + ring_offset(nb) + size_t(warp) * P * sb;
-  auto* bar = reinterpret_cast<uint64_t*>(sm + bar_offset(sb, P, nb)) + warp * P;
-  auto issue = [&](int s) {  // lane 0: unit me + s TW -> slot s % P
-    const int g = me + s * TW, slot = g / inter;
-    const size_t r = size_t(g % inter) * size_t(nb);
-    uint8_t* dst = ring + size_t(s % P) * sb;
-    uint64_t* b = bar + s % P;
-    mbar_expect(b, uint32_t(sb));
-    bulk_load(dst, wp[slot][0] + 16 * r, uint32_t(16 * nb), b);
-    bulk_load(dst + 16 * nb, wp[slot][1] + 16 * r, uint32_t(16 * nb), b);
-    bulk_load(dst + 32 * nb, wp[slot][2] + r, uint32_t(nb), b);
-    bulk_load(dst + 33 * nb, wp[slot][3] + r, uint32_t(nb), b);
-  };
-  auto prep = [&] {
-    if (warp == 0 && lane < k) {
-      const ExpertPtrs& ex = table[__ldcg(ids + lane)];
-      wp[lane][0] = static_cast<const uint8_t*>(ex.w[0]);
-      wp[lane][1] = static_cast<const uint8_t*>(ex.w[1]);
-      wp[lane][2] = ex.s[0], wp[lane][3] = ex.s[1];
-    }
-    if (lane < P) mbar_init(bar + lane);
-    mbar_fence_init();
-    __syncthreads();
-    if (lane == 0)
-      for (int s = 0; s < P && s < mine; ++s) issue(s);
-  };
-  if (early) prep();  // ids: two launches back
-  grid_wait();        // x comes from the kernel before
-  grid_launch_dependents();
-  if (!early) prep();
-  copy_q8t(xt, sm, nb);
-  __syncthreads();
-  for (int s = 0; s < mine; ++s) {
-    mbar_wait(bar + s % P, uint32_t(s / P) & 1u);
-    const uint8_t* st = ring + size_t(s % P) * sb;
-    const auto* gc = reinterpret_cast<const uint4*>(st);
-    const uint8_t* gs = st + 32 * nb;
-    float ag = 0.0f, au = 0.0f;
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const int i = lane + 32 * c;
-      if (i < nb) {
-        const float d = x.d[i];
-        ag += float(x.dot(gc[i], i)) * (e8m0_half(gs[i]) * d);
-        au += float(x.dot(gc[nb + i], i)) * (e8m0_half(gs[nb + i]) * d);
-      }
-    }
-    const float g = warp_sum(ag), u = warp_sum(au);
-    __syncwarp();  // every lane is done with the slot
-    if (lane == 0) {
-      if (s + P < mine) issue(s + P);
-      h[me + s * TW] = g / (1.0f + expf(-g)) * u;
-    }
-  }
-}
-
 // h [k * inter] f32 -> q8t in shared memory (nq = k * inter / 32 blocks), the
 // block of slot j scaled by weights[j]: a thread quantizes 4 values (one
-// word), 8 threads a block; all of a thread's loads are issued first.
-template <int MAXF>
+// word), 8 threads a block; all of a thread's loads are issued first
+// (nq * 8 <= kMaxHF * kStreamThreads, moe_stream_applies).
+constexpr int kMaxHF = 8;
 __device__ __forceinline__ void quantize_h(const float* h, const float* weights, int inter, Q8T t,
                                            int nq) {
   const int nf = nq * 8;  // float4s
-  float4 v[MAXF];
+  float4 v[kMaxHF];
 #pragma unroll
-  for (int j = 0; j < MAXF; ++j) {
+  for (int j = 0; j < kMaxHF; ++j) {
     const int f = int(threadIdx.x) + j * kStreamThreads;
     v[j] = f < nf ? __ldcg(reinterpret_cast<const float4*>(h) + f) : make_float4(0, 0, 0, 0);
   }
   const int nch = inter / 32;
 #pragma unroll
-  for (int j = 0; j < MAXF; ++j) {
+  for (int j = 0; j < kMaxHF; ++j) {
     const int f = int(threadIdx.x) + j * kStreamThreads, b = f / 8, w = f % 8;
     const float a[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
     float amax = 0.0f;
@@ -269,72 +197,6 @@ __device__ __forceinline__ void quantize_h(const float* h, const float* weights,
     reinterpret_cast<uint32_t*>(t.n + (w / 2) * nq + b)[w % 2] = pack4(-q[0], -q[1], -q[2], -q[3]);
     if (w == 0)
       t.d[b] = (finite ? amax / 127.0f : __int_as_float(0x7fc00000)) * __ldcg(weights + b / nch);
-  }
-}
-
-// Grid: G blocks of kStreamThreads (persistent). Shared memory:
-// stream_smem_bytes(dn_stage_bytes(nch), P, k * nch). out [hidden].
-template <int NU,
-          int MAXF>  // NU: chunks per lane and row, ceil(nch / 32); MAXF: h float4s per thread
-__global__ void __launch_bounds__(kStreamThreads, 1)
-    moe_down_stream_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
-                           const float* h, int hidden, int inter, float* out, int P, int early) {
-  extern __shared__ __align__(128) uint8_t sm[];
-  __shared__ RankedExperts rk;
-  const int nch = inter / 32, nq = k * nch, G = int(gridDim.x), TW = G * kStreamWarps;
-  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  const int me = int(blockIdx.x) + G * warp, pairs = hidden / 2;
-  const int mine = me < pairs ? (pairs - me + TW - 1) / TW * k : 0;  // stages
-  const size_t sb = dn_stage_bytes(nch);
-  const Q8T hq = q8t_at(sm, nq);
-  uint8_t* ring = sm + ring_offset(nq) + size_t(warp) * P * sb;
-  auto* bar = reinterpret_cast<uint64_t*>(sm + bar_offset(sb, P, nq)) + warp * P;
-  auto issue = [&](int s) {  // lane 0: pair me + (s / k) TW, expert rank s % k -> slot s % P
-    const int e = s % k;
-    const size_t r = size_t(me + (s / k) * TW) * 2 * size_t(nch);
-    uint8_t* dst = ring + size_t(s % P) * sb;
-    uint64_t* b = bar + s % P;
-    mbar_expect(b, uint32_t(sb));
-    bulk_load(dst, rk.w[e] + 16 * r, uint32_t(32 * nch), b);
-    bulk_load(dst + 32 * nch, rk.s[e] + r, uint32_t(2 * nch), b);
-  };
-  auto prep = [&] {
-    if (lane < P) mbar_init(bar + lane);
-    mbar_fence_init();
-    rank_experts(table, ids, weights, k, rk);  // syncs the block
-    if (lane == 0)
-      for (int s = 0; s < P && s < mine; ++s) issue(s);
-  };
-  if (early) prep();  // ids and weights: three launches back
-  grid_wait();        // h comes from the kernel before
-  grid_launch_dependents();
-  if (!early) prep();
-  quantize_h<MAXF>(h, weights, inter, hq, nq);
-  __syncthreads();
-  float a0 = 0.0f, a1 = 0.0f;
-  for (int s = 0; s < mine; ++s) {
-    mbar_wait(bar + s % P, uint32_t(s / P) & 1u);
-    const uint8_t* st = ring + size_t(s % P) * sb;
-    const int e = s % k, hb = rk.slot[e] * nch;
-    const auto* c = reinterpret_cast<const uint4*>(st);
-    const uint8_t* sc = st + 32 * nch;
-#pragma unroll
-    for (int u = 0; u < NU; ++u) {
-      const int i = lane + 32 * u;
-      if (i < nch) {
-        const float d = hq.d[hb + i];
-        a0 += float(hq.dot(c[i], hb + i)) * (e8m0_half(sc[i]) * d);
-        a1 += float(hq.dot(c[nch + i], hb + i)) * (e8m0_half(sc[nch + i]) * d);
-      }
-    }
-    __syncwarp();
-    if (lane == 0 && s + P < mine) issue(s + P);
-    if (e == k - 1) {  // the unit's last expert: its two rows are complete
-      const float t0 = warp_sum(a0), t1 = warp_sum(a1);
-      const int row = 2 * (me + (s / k) * TW);
-      if (lane == 0) out[row] = t0, out[row + 1] = t1;
-      a0 = a1 = 0.0f;
-    }
   }
 }
 
@@ -376,13 +238,9 @@ __host__ __device__ constexpr size_t fused_smem_bytes(int64_t nb, int64_t nch, i
          size_t(kStreamWarps) * size_t(P) * 8;
 }
 
-// gate/up and down in one persistent kernel (G blocks, all resident), the two
-// phases apart by a grid barrier: each warp's ring runs on from its gate/up
-// units into its down units, so down's weights stream in while gate/up ends
-// and the barrier is crossed. Units and their order as in the two kernels
-// above; h goes through global memory (f32) and is quantized after the
-// barrier by every block. bar: two device words, 0 before the first launch,
-// used by one launch at a time.
+// The MoE step (G blocks, all resident; see the top of this file). h goes
+// through global memory (f32). bar: two device words, 0 before the first
+// launch, used by one launch at a time.
 template <int NC, int NU>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     moe_fused_stream_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
@@ -464,7 +322,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     if (lane == 0) h[me + s * TW] = g / (1.0f + expf(-g)) * u;
   }
   grid_barrier(bar, unsigned(G));
-  quantize_h<8>(h, weights, inter, hq, nq);
+  quantize_h(h, weights, inter, hq, nq);
   __syncthreads();
   float a0 = 0.0f, a1 = 0.0f;
   for (int s = ng; s < n; ++s) {  // down
