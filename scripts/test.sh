@@ -3,8 +3,8 @@
 # times: with the default thread count and kernel path, with one thread, and
 # with two threads on the portable kernel path (MOETIER_CPU_KERNELS), so the
 # suite holds on any x86-64 machine whatever its vector units and core count;
-# on a CPU with AVX-512 (where the default is the avx512 path) a fourth time
-# on the avx2 path.
+# on a CPU with AVX-512 VNNI (where the default is the avx512 path) a fourth
+# time on the avx2 path.
 # The browser test of the report (label `browser`, tests/browser) runs in the
 # first pass only: it does not depend on the kernels or the thread count.
 set -euo pipefail
@@ -22,6 +22,6 @@ run() {
 run MOETIER_CPU_KERNELS=auto
 run --no-browser MOETIER_THREADS=1 MOETIER_CPU_KERNELS=auto
 run --no-browser MOETIER_THREADS=2 MOETIER_CPU_KERNELS=portable
-if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+if grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null; then  # the avx512 path's condition
   run --no-browser MOETIER_CPU_KERNELS=avx2
 fi

@@ -27,8 +27,8 @@ struct Q8Job {
   const int8_t* q;  // [n, cols]
   const float* d;   // [n, blocks]
   int64_t n, blocks;
-  float* y;           // [n, rows]
-  bool avx2, avx512;  // the avx512 path: its VNNI kernels (the AVX2 kernels' bits)
+  float* y;         // [n, rows]
+  KernelPath path;  // avx512: its VNNI kernels (the AVX2 kernels' bits), else avx2's
 };
 
 void row_ptrs(const Q8Job& j, int64_t r0, const uint8_t** codes, const uint8_t** scales) {
@@ -52,7 +52,7 @@ void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vect
   u.resize(size_t(4 * cols));
   s.resize(size_t(4 * j.blocks));
   for (int i = 0; i < 4; ++i) {
-    if (j.avx2)
+    if (vector_path(j.path))
       decode_mxfp4_q8_avx2(codes[i], scales[i], j.blocks, u.data() + i * cols,
                            s.data() + i * j.blocks);
     else
@@ -65,9 +65,9 @@ void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vect
     const int64_t nt = std::min(kTokensPerStep, j.n - t0);
     const int8_t* q = j.q + t0 * cols;
     const float* d = j.d + t0 * j.blocks;
-    if (j.avx512)
+    if (j.path == KernelPath::Avx512)
       q8_tile4_avx512(tile, q, d, cols, j.blocks, nt, out);
-    else if (j.avx2)
+    else if (j.path == KernelPath::Avx2)
       q8_tile4_avx2(tile, q, d, cols, j.blocks, nt, out);
     else
       q8_tile4_portable(tile, q, d, cols, j.blocks, nt, out);
@@ -76,13 +76,14 @@ void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vect
 }
 
 void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
-  if ((j.avx2 && j.n == 1) || (j.avx512 && j.n <= kQ8DirectTokens)) {
+  const bool avx512 = j.path == KernelPath::Avx512;
+  if ((j.path == KernelPath::Avx2 && j.n == 1) || (avx512 && j.n <= kQ8DirectTokens)) {
     const int64_t cols = 32 * j.blocks;
     for (int64_t t = tile0; t < tile1; ++t) {
       const uint8_t *codes[4], *scales[4];
       row_ptrs(j, 4 * t, codes, scales);
       float out[4 * kQ8DirectTokens];
-      if (j.avx512)
+      if (avx512)
         q8_direct4_mxfp4_avx512(codes, scales, j.q, j.d, cols, j.blocks, j.blocks, j.n, out);
       else
         q8_direct4_mxfp4_avx2(codes, scales, j.q, j.d, j.blocks, out);
@@ -100,18 +101,18 @@ void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
 void matmul_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y) {
   const int64_t blocks = w.cols / 32;
   const KernelPath path = kernel_path();
-  const bool avx2 = vector_path(path);
+  const bool vector = vector_path(path);
   thread_local std::vector<int8_t> q;  // [n, cols]
   thread_local std::vector<float> d;   // [n, blocks]
   q.resize(size_t(n * w.cols));
   d.resize(size_t(n * blocks));
   for (int64_t t = 0; t < n; ++t) {
-    if (avx2)
+    if (vector)
       quantize_q8_avx2(x + t * w.cols, blocks, q.data() + t * w.cols, d.data() + t * blocks);
     else
       quantize_q8_portable(x + t * w.cols, blocks, q.data() + t * w.cols, d.data() + t * blocks);
   }
-  const Q8Job job{w, q.data(), d.data(), n, blocks, y, avx2, path == KernelPath::Avx512};
+  const Q8Job job{w, q.data(), d.data(), n, blocks, y, path};
   const int64_t tiles = (w.rows + 3) / 4;
   const bool parallel = w.rows * w.cols * n >= kParallelMin;
   global_pool().parallel_for(tiles, parallel ? kTilesPerChunk : tiles,

@@ -40,6 +40,16 @@ constexpr float e8m0_half(uint8_t e) {
   return std::bit_cast<float>(bits);
 }
 
+// e8m0_half of every byte, a constant-initialized table (data only, so the
+// AVX2 and AVX-512 files can share it without code of their target leaking out).
+struct HalfScales {
+  float v[256];
+  constexpr HalfScales() : v() {
+    for (int e = 0; e < 256; ++e) v[e] = e8m0_half(uint8_t(e));
+  }
+};
+inline constexpr HalfScales kHalfScales{};
+
 // 12 + 2 e2m1(code) for each 4-bit code (w' above).
 inline constexpr uint8_t kMxfp4Q8Lut[16] = {12, 13, 14, 15, 16, 18, 20, 24,
                                             12, 11, 10, 9,  8,  6,  4,  0};

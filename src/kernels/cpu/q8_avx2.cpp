@@ -15,16 +15,6 @@
 namespace moetier::cpu::detail {
 namespace {
 
-// e8m0_half of every byte; constant-initialized, so no code of this target
-// runs before the CPU is checked.
-struct HalfScales {
-  float v[256];
-  constexpr HalfScales() : v() {
-    for (int e = 0; e < 256; ++e) v[e] = e8m0_half(uint8_t(e));
-  }
-};
-constexpr HalfScales kHalf{};
-
 inline float hsum(__m256 v) {  // ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7))
   __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -105,7 +95,7 @@ void decode_mxfp4_q8_avx2(const uint8_t* codes, const uint8_t* scales, int64_t b
                           float* s) {
   for (int64_t b = 0; b < blocks; ++b) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 32 * b), mxfp4_u(codes + 16 * b));
-    s[b] = kHalf.v[scales[b]];
+    s[b] = kHalfScales.v[scales[b]];
   }
 }
 
@@ -162,7 +152,7 @@ void q8_direct4_mxfp4_avx2(const uint8_t* const codes[4], const uint8_t* const s
     const __m256 dx = _mm256_broadcast_ss(d + b);
     for (int i = 0; i < 4; ++i) {
       const __m256i l = lanes(mxfp4_u(codes[i] + 16 * b), qb, corr);
-      const __m256 sc = _mm256_mul_ps(_mm256_broadcast_ss(&kHalf.v[scales[i][b]]), dx);
+      const __m256 sc = _mm256_mul_ps(_mm256_broadcast_ss(&kHalfScales.v[scales[i][b]]), dx);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), sc, acc[i]);
     }
   }

@@ -25,14 +25,8 @@
 namespace moetier::cpu::detail {
 namespace {
 
-struct HalfScales {  // e8m0_half of every byte (constant-initialized)
-  float v[256];
-  constexpr HalfScales() : v() {
-    for (int e = 0; e < 256; ++e) v[e] = e8m0_half(uint8_t(e));
-  }
-};
-constexpr HalfScales kHalf{};
-
+// hsum and mxfp4_u1 repeat q8_avx2.cpp's: each file's code is compiled for its
+// own target (the pragma above), so nothing inline is shared through a header.
 inline float hsum(__m256 v) {  // ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7))
   __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -136,7 +130,7 @@ void direct4xT(const uint8_t* const codes[4], const uint8_t* const scales[4], co
     for (int i = 0; i < 4; ++i) {
       _mm_prefetch(reinterpret_cast<const char*>(codes[i] + 16 * b + ahead), _MM_HINT_T0);
       const __m512i u = mxfp4_u2(codes[i] + 16 * b);
-      const float s0 = kHalf.v[scales[i][b]], s1 = kHalf.v[scales[i][b + 1]];
+      const float s0 = kHalfScales.v[scales[i][b]], s1 = kHalfScales.v[scales[i][b + 1]];
       for (int t = 0; t < T; ++t) {
         const __m512i l =
             _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, qq[t]), corr[t]);
@@ -149,7 +143,7 @@ void direct4xT(const uint8_t* const codes[4], const uint8_t* const scales[4], co
       const __m256i u = mxfp4_u1(codes[i] + 16 * b);
       for (int t = 0; t < T; ++t)
         acc[t][i] = add1(acc[t][i], u, load32(q + t * ldq + 32 * b),
-                         kHalf.v[scales[i][b]] * d[t * ldd + b]);
+                         kHalfScales.v[scales[i][b]] * d[t * ldd + b]);
     }
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < 4; ++i) out[4 * t + i] = hsum(acc[t][i]);
