@@ -38,6 +38,23 @@ size_t scale_bytes(const MatView& w) {
   return 0;
 }
 
+// MOETIER_CUDA_SKIP: a comma-separated list of norm, qkv, attn, o, router, experts.
+static unsigned parse_skip(const char* v) {
+  unsigned m = 0;
+  std::string s = v ? v : "";
+  for (size_t b = 0; !s.empty() && b <= s.size();) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    const std::string op = s.substr(b, e - b);
+    const char* names[] = {"norm", "qkv", "attn", "o", "router", "experts"};
+    const auto* it = std::find(std::begin(names), std::end(names), op);
+    check(it != std::end(names),
+          "MOETIER_CUDA_SKIP={}: unknown op '{}' (norm, qkv, attn, o, router, experts)", s, op);
+    m |= 1u << (it - std::begin(names));
+    b = e + 1;
+  }
+  return m;
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
   const int n = cuda_device_count();
   check(device >= 0 && device < n, "--backend cuda:{}: {} CUDA devices present", device, n);
@@ -84,6 +101,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           v);
     cuda::set_gemv_block_rows(std::stoi(v));
   }
+  skip_ = parse_skip(std::getenv("MOETIER_CUDA_SKIP"));
   unified_addressing_ = p.unifiedAddressing != 0;
   cuda_check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream");
   for (cudaEvent_t* e : {&copy_start_, &writes_done_})
@@ -355,6 +373,7 @@ void CudaBackend::graph_drop(int graph) {
 void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) {
   kernels::check_matview(w, "cuda matmul");
   if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, false);
+  if (w.rows < 32768 && skipped(kSkipO, n)) return;  // (not the LM head)
   if (n == 1 && !legacy_decode_ && cuda::gemv1(w, x, y, false, stream_)) {
     if (timing_path_.empty()) return after("gemv1");
     return after(fmt::format("gemv1 {}x{}", w.rows, w.cols).c_str());
@@ -368,6 +387,7 @@ void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) 
 // One launch for the weights of one input at decode (q/k/v), else one matmul each.
 void CudaBackend::matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
                                std::span<float* const> ys) {
+  if (skipped(kSkipQkv, n)) return;
   bool one = n == 1 && !legacy_decode_ && !ws.empty() && ws.size() <= cuda::GemvMulti::kMax;
   cuda::GemvMulti g;
   for (size_t i = 0; one && i < ws.size(); ++i) {
@@ -439,6 +459,7 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
                                 const float* k_norm, int64_t nh, int64_t nkv, int64_t hd, float eps,
                                 int64_t pos, const float* inv_freq, float* k_cache, float* v_cache,
                                 float scale, float* out) {
+  if (skipped(kSkipAttn, 1)) return;
   float* scratch = attention_scratch(1, pos, nh, nkv, hd);
   cuda::DecodePrep p;
   p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,
@@ -461,6 +482,7 @@ void CudaBackend::route_topk(const MatView& router, const float* x, int64_t n, i
                              bool renorm, float* probs, int32_t* ids, float* weights) {
   check(k >= 1 && k <= router.rows && router.rows <= 1024 && k <= 32,
         "cuda router: top-{} of {} experts", k, router.rows);
+  if (skipped(kSkipRouter, n)) return;
   if (n == 1 && !legacy_decode_ &&
       cuda::router_topk(router, x, k, renorm, probs, ids, weights, &sync()->route_done, stream_))
     return after("router_topk");

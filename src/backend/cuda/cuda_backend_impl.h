@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
   void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
                    float* xn) override {
     if (legacy_decode_) return Backend::add_rmsnorm(x, y, w, n, dim, eps, xn);
+    if (skipped(kSkipNorm, n)) return;
     cuda::add_rmsnorm(x, y, w, n, dim, eps, xn, stream_), after("add_rmsnorm");
   }
   void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
@@ -168,6 +169,19 @@ class CudaBackend final : public Backend {
   bool legacy_decode_ = false;  // MOETIER_CUDA_DECODE=legacy
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
   bool moe_fused_ = false;      // MOETIER_CUDA_MOE=fused | q8 (default): the q8 MoE kernels
+  // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
+  // outputs go stale), so a decode run's time against a full one is what those
+  // ops cost inside the graph. Tokens are meaningless then.
+  enum Skip : unsigned {
+    kSkipNorm = 1,
+    kSkipQkv = 2,
+    kSkipAttn = 4,
+    kSkipO = 8,
+    kSkipRouter = 16,
+    kSkipExperts = 32
+  };
+  unsigned skip_ = 0;
+  bool skipped(unsigned op, int64_t n) const { return n == 1 && (skip_ & op); }
   Scratch ids_, attn_, arrays_, h_, d_, wbf_, xbf_, g_, u_, hbf_, y_, rows_, rw_;
   struct Table {        // a registered layer of resident experts
     DeviceBuffer ptrs;  // [num_experts] cuda::ExpertPtrs

@@ -265,6 +265,7 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
                                      int64_t hidden, int64_t intermediate, float* out) {
   const Table& t = table_at(table, k);
   route_topk(router, x, 1, k, renormalize, probs, ids, weights);
+  if (skipped(kSkipExperts, 1)) return;
   if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, true)) return;
   moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
 }

@@ -140,9 +140,10 @@ __global__ void attn_combine(const float* scratch, int64_t splits, int64_t hd, f
   }
 }
 
-constexpr int64_t kTile = 32;        // positions per shared-memory tile (decode)
-constexpr int64_t kMaxSplitsD = 64;  // splits per kv head (decode)
+constexpr int kTile = 32;        // positions per shared-memory tile (decode)
+constexpr int kMaxSplitsD = 64;  // splits per kv head (decode)
 constexpr int kMaxGroupWarps = 8;
+constexpr int kPer = 4;  // float4 of K (and of V) per thread per tile, held in registers
 
 __host__ __device__ inline void decode_layout(int64_t len, int64_t& tps, int64_t& splits) {
   const int64_t tiles = (len + kTile - 1) / kTile;
@@ -151,52 +152,75 @@ __host__ __device__ inline void decode_layout(int64_t len, int64_t& tps, int64_t
   splits = (tiles + tps - 1) / tps;
 }
 
-// K and V rows p0 .. p0 + cnt - 1 of one kv head (columns col0 .., nd4
-// float4 each) into the tiles ks / vs (rows of ld floats): every thread
-// issues its loads (up to 8 float4 per tile) before it stores any.
-__device__ __forceinline__ void load_tile(const float* k, const float* v, int64_t p0, int64_t cnt,
-                                          int64_t stride, int64_t col0, int64_t nd4, int64_t ld,
-                                          float* ks, float* vs) {
-  constexpr int kPer = 4;
-  const int64_t total = cnt * nd4;
-  for (int64_t i0 = threadIdx.x; i0 < total; i0 += kPer * blockDim.x) {
-    float4 kk[kPer], vv[kPer];
+// One tile's K and V rows (p0 .. p0 + cnt - 1 of one kv head, columns col0 ..,
+// nd4 float4 each) in flight in registers: element e = threadIdx.x + u
+// blockDim.x (u < kPer) is row e / nd4, float4 e % nd4. `fetch` issues the
+// loads, `put` stores them into the tiles ks / vs (rows of ld floats). A tile
+// fits when kTile nd4 <= kPer blockDim (head_dim 128 with 8 warps); otherwise
+// load_tile() goes through it in several rounds.
+struct TileRegs {
+  float4 k[kPer], v[kPer];
+  __device__ __forceinline__ void fetch(const float* kc, const float* vc, int64_t p0, int cnt,
+                                        int64_t stride, int64_t col0, int nd4, int base) {
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      const int64_t i = i0 + u * blockDim.x;
-      if (i >= total) break;
-      const int64_t r = i / nd4, c = i - r * nd4, src = (p0 + r) * stride + col0 + 4 * c;
-      kk[u] = *reinterpret_cast<const float4*>(k + src);
-      vv[u] = *reinterpret_cast<const float4*>(v + src);
+      const int e = base + int(threadIdx.x) + u * int(blockDim.x);
+      if (e >= cnt * nd4) break;
+      const int r = e / nd4, c = e - r * nd4;
+      const int64_t src = (p0 + r) * stride + col0 + 4 * c;
+      k[u] = *reinterpret_cast<const float4*>(kc + src);
+      v[u] = *reinterpret_cast<const float4*>(vc + src);
     }
+  }
+  __device__ __forceinline__ void put(float* ks, float* vs, int cnt, int nd4, int ld,
+                                      int base) const {
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      const int64_t i = i0 + u * blockDim.x;
-      if (i >= total) break;
-      const int64_t r = i / nd4, c = i - r * nd4;
-      *reinterpret_cast<float4*>(ks + r * ld + 4 * c) = kk[u];
-      *reinterpret_cast<float4*>(vs + r * ld + 4 * c) = vv[u];
+      const int e = base + int(threadIdx.x) + u * int(blockDim.x);
+      if (e >= cnt * nd4) break;
+      const int r = e / nd4, c = e - r * nd4;
+      *reinterpret_cast<float4*>(ks + r * ld + 4 * c) = k[u];
+      *reinterpret_cast<float4*>(vs + r * ld + 4 * c) = v[u];
     }
+  }
+};
+
+__device__ __forceinline__ void load_tile(const float* k, const float* v, int64_t p0, int cnt,
+                                          int64_t stride, int64_t col0, int nd4, int ld, float* ks,
+                                          float* vs) {
+  TileRegs t;
+  for (int base = 0; base < cnt * nd4; base += kPer * int(blockDim.x)) {
+    t.fetch(k, v, p0, cnt, stride, col0, nd4, base);
+    t.put(ks, vs, cnt, nd4, ld, base);
   }
 }
 
 // One warp's online-softmax step for query head qh over a tile of cnt
 // positions in shared memory (rows of ld floats): lane j scores position j,
 // then each lane adds its float4 slices (dims 4 (lane + 32 c)) of the values.
+// HD: head_dim when known at compile time (the loops unroll), else 0.
+template <int HD>
 __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, const float* vs,
-                                            int64_t ld, int64_t hd, int64_t cnt, float scale,
-                                            float& m, float& l, float4 (&acc)[2]) {
-  const int lane = int(threadIdx.x & 31);
-  const int64_t nd4 = hd / 4;
+                                            int ld, int hd_rt, int cnt, float scale, float& m,
+                                            float& l, float4 (&acc)[2]) {
+  const int hd = HD ? HD : hd_rt;
+  const int lane = int(threadIdx.x & 31), nd4 = hd / 4;
   float sc = -FLT_MAX;
   if (lane < cnt) {
     const float* kr = ks + lane * ld;
-    float d0 = 0.0f;
-    for (int64_t d = 0; d < hd; d += 4) {
-      const float4 kk = *reinterpret_cast<const float4*>(kr + d);
-      d0 += qh[d] * kk.x + qh[d + 1] * kk.y + qh[d + 2] * kk.z + qh[d + 3] * kk.w;
+    float d0 = 0.0f, d1 = 0.0f;  // two chains (even and odd float4), summed at the end
+#pragma unroll
+    for (int d = 0; d < hd; d += 8) {
+      const float4 k0 = *reinterpret_cast<const float4*>(kr + d);
+      const float4 q0 = *reinterpret_cast<const float4*>(qh + d);
+      d0 += q0.x * k0.x + q0.y * k0.y + q0.z * k0.z + q0.w * k0.w;
+      if (d + 4 < hd) {
+        const float4 k1 = *reinterpret_cast<const float4*>(kr + d + 4);
+        const float4 q1 = *reinterpret_cast<const float4*>(qh + d + 4);
+        d1 += q1.x * k1.x + q1.y * k1.y + q1.z * k1.z + q1.w * k1.w;
+      }
     }
-    sc = d0 * scale;
+    sc = (d0 + d1) * scale;
   }
   float cm = sc;
 #pragma unroll
@@ -208,11 +232,12 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
   for (int c = 0; c < 2; ++c) {
     acc[c].x *= corr, acc[c].y *= corr, acc[c].z *= corr, acc[c].w *= corr;
   }
-  for (int64_t j = 0; j < cnt; ++j) {
-    const float pj = __shfl_sync(0xffffffffu, pj0, int(j));
+#pragma unroll 8
+  for (int j = 0; j < cnt; ++j) {
+    const float pj = __shfl_sync(0xffffffffu, pj0, j);
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int64_t d4 = lane + 32 * c;
+      const int d4 = lane + 32 * c;
       if (d4 < nd4) {
         const float4 vv = *reinterpret_cast<const float4*>(vs + j * ld + 4 * d4);
         acc[c].x += pj * vv.x, acc[c].y += pj * vv.y;
@@ -224,25 +249,24 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
 }
 
 // A head row y [hd] in shared memory, in place, by one warp: RMSNorm with w
-// (null: none; double sum of squares, as the CPU) and RoPE at position pos
-// (cos / sin in double), as qk_norm_rope_kv computes it.
-__device__ __forceinline__ void norm_rope_row(float* y, const float* w, int64_t hd, float eps,
-                                              const float* inv_freq, int64_t pos) {
+// (null: none; double sum of squares, as the CPU) and RoPE with the position's
+// cos / sin [hd / 2] (computed in double from the f32 angle, as
+// qk_norm_rope_kv does).
+__device__ __forceinline__ void norm_rope_row(float* y, const float* w, int hd, float eps,
+                                              const float* cs, const float* sn) {
   const int lane = int(threadIdx.x & 31);
   if (w) {
     double ss = 0.0;
-    for (int64_t d = lane; d < hd; d += 32) ss += double(y[d]) * double(y[d]);
+    for (int d = lane; d < hd; d += 32) ss += double(y[d]) * double(y[d]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float r = 1.0f / sqrtf(float(ss / double(hd)) + eps);
-    for (int64_t d = lane; d < hd; d += 32) y[d] = w[d] * (y[d] * r);
+    for (int d = lane; d < hd; d += 32) y[d] = w[d] * (y[d] * r);
     __syncwarp();
   }
-  const int64_t half = hd / 2;
-  for (int64_t d = lane; d < half; d += 32) {
-    const float angle = inv_freq[d] * float(pos);
-    const float c = float(cos(double(angle))), s = float(sin(double(angle)));
-    const float a = y[d], b = y[d + half];
+  const int half = hd / 2;
+  for (int d = lane; d < half; d += 32) {
+    const float c = cs[d], s = sn[d], a = y[d], b = y[d + half];
     y[d] = a * c - b * s, y[d + half] = b * c + a * s;
   }
   __syncwarp();
@@ -300,20 +324,17 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
 }
 
 // Attention's input steps inside the decode kernel (DecodePrep), after
-// grid_wait: the group's q rows normalized and rotated in shared memory; the
-// block of the last split writes this token's k (normalized, rotated) and v
-// rows of its kv head to the caches, and when its first tile holds position
-// pos (at row pr >= 0) fills that row of the tile too (else its k is staged in
-// ktmp, and a later tile load reads the rows back). c: q_norm, k_norm [hd],
-// inv_freq [hd / 2] in shared memory.
-__device__ void decode_prep(const float* q, float* kc, float* vc, int64_t pos, int64_t g, int64_t G,
-                            int64_t hd, int64_t stride, bool last, int64_t pr, const DecodePrep& p,
-                            const float* c, float* ktmp, float* qs, float* ks, float* vs,
-                            int64_t ld) {
-  for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[g * G * hd + i];
+// grid_wait: the block of the last split writes this token's v row of its kv
+// head to the cache and its k row (normalized, rotated) to ktmp, the tile row
+// pr when pos falls in the first tile (pr >= 0), and the cache; then the group's
+// q rows (in qs) are normalized and rotated. c: q_norm, k_norm [hd], cos, sin
+// [hd / 2] in shared memory.
+__device__ void decode_prep(float* kc, float* vc, int64_t pos, int64_t g, int hd, int64_t stride,
+                            int G, bool last, int pr, const DecodePrep& p, const float* c,
+                            float* ktmp, float* qs, float* ks, float* vs, int ld) {
   float* krow = pr >= 0 ? ks + pr * ld : ktmp;
   if (last)
-    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+    for (int i = int(threadIdx.x); i < hd; i += int(blockDim.x)) {
       krow[i] = p.k_new[g * hd + i];
       const float vv = p.v_new[g * hd + i];
       if (pr >= 0) vs[pr * ld + i] = vv;
@@ -323,57 +344,78 @@ __device__ void decode_prep(const float* q, float* kc, float* vc, int64_t pos, i
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32);
   const float* qn = p.q_norm ? c : nullptr;
   const float* kn = p.k_norm ? c + hd : nullptr;
-  for (int64_t r = warp; r < G + (last ? 1 : 0); r += nw)
-    norm_rope_row(r < G ? qs + r * hd : krow, r < G ? qn : kn, hd, p.eps, c + 2 * hd, pos);
+  for (int r = warp; r < G + (last ? 1 : 0); r += nw)
+    norm_rope_row(r < G ? qs + r * hd : krow, r < G ? qn : kn, hd, p.eps, c + 2 * hd,
+                  c + 2 * hd + hd / 2);
   __syncthreads();
-  if (last)
-    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) kc[pos * stride + g * hd + i] = krow[i];
+  if (last) {
+    for (int i = int(threadIdx.x); i < hd; i += int(blockDim.x))
+      kc[pos * stride + g * hd + i] = krow[i];
+    if (pr < 0) __syncthreads();  // a later tile of this block reads the row back
+  }
 }
 
 // Grid: kv heads x S (>= the length's splits); block: 32 x min(G, 8) threads.
 // Dynamic shared memory: K and V tiles [kTile, hd + 4], the group's q [G, hd]
-// and (prep) q_norm, k_norm, inv_freq, a k row [3.5 hd]. Before grid_wait the block
-// reads what no kernel of this step writes: the position (copied before the
-// graph), the norms, and its first tile's cache rows below pos. With
-// prep.k_new, the input steps follow (decode_prep); with more than one split
-// the last block of each kv head merges (decode_merge).
-template <int HPW>
+// and (prep) q_norm, k_norm [hd], cos, sin [hd / 2], a k row [hd]. Before
+// grid_wait the block reads what no kernel of this step writes: the position
+// (copied before the graph), the norms, and its first tile's cache rows below
+// pos (into registers), and computes the position's cos / sin. After it: the
+// group's q rows; with prep.k_new the input steps (decode_prep); then the
+// tiles, each next one in flight in registers while the warps attend to the
+// current one; with more than one split the last block of each kv head merges
+// (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
+template <int HPW, int HD>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
-                       int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
+                       int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
                        float* scratch, DecodePrep prep, unsigned* done) {
   extern __shared__ float4 smem4[];
+  const int hd = HD ? HD : int(hd_rt);
   const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
   int64_t tps = 0, splits = 0;
   decode_layout(len, tps, splits);
-  const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x, G = heads / kvh;
+  const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
+  const int G = int(heads / kvh);
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  const int64_t ld = hd + 4, nd4 = hd / 4, stride = kvh * hd;
+  const int ld = hd + 4, nd4 = hd / 4;
+  const int64_t stride = kvh * hd;
   float* ks = reinterpret_cast<float*>(smem4);
   float* vs = ks + kTile * ld;
   float* qs = vs + kTile * ld;
-  float* cs = qs + G * hd;  // q_norm [hd], k_norm [hd], inv_freq [hd / 2], ktmp [hd]
+  float* cs = qs + G * hd;  // q_norm [hd], k_norm [hd], cos [hd / 2], sin [hd / 2], ktmp [hd]
   const int64_t pb = sp * tps * kTile, pe = pb + tps * kTile < len ? pb + tps * kTile : len;
-  const int64_t cnt0 = pe - pb < kTile ? pe - pb : kTile;
+  const int cnt0 = pe - pb < kTile ? int(pe - pb) : kTile;
   const bool live = sp < splits, fused = prep.k_new != nullptr;
   const bool last = fused && live && sp == splits - 1;
-  const int64_t pr = last && pos < pb + cnt0 ? pos - pb : -1;  // pos's row in the first tile
-  if (live && fused) {  // rows below pos only: written by earlier steps
-    for (int64_t i = threadIdx.x; i < 2 * hd + hd / 2; i += blockDim.x)
+  const int pr = last && pos < pb + cnt0 ? int(pos - pb) : -1;  // pos's row in the first tile
+  const bool one_round = kTile * nd4 <= kPer * int(blockDim.x);
+  TileRegs t;
+  const int c0 = fused && pr >= 0 ? pr : cnt0;  // the first tile's rows read before grid_wait
+  if (live && fused) {                          // rows below pos only: written by earlier steps
+    if (one_round)
+      t.fetch(k, v, pb, c0, stride, g * hd, nd4, 0);
+    else
+      load_tile(k, v, pb, c0, stride, g * hd, nd4, ld, ks, vs);
+    for (int i = int(threadIdx.x); i < 2 * hd; i += int(blockDim.x))
       cs[i] = i < hd ? (prep.q_norm ? prep.q_norm[i] : 0.0f)
-                     : (i < 2 * hd ? (prep.k_norm ? prep.k_norm[i - hd] : 0.0f)
-                                   : prep.inv_freq[i - 2 * hd]);
-    load_tile(k, v, pb, pr >= 0 ? pr : cnt0, stride, g * hd, nd4, ld, ks, vs);
+                     : (prep.k_norm ? prep.k_norm[i - hd] : 0.0f);
+    for (int i = int(threadIdx.x); i < hd / 2; i += int(blockDim.x)) {
+      const float angle = prep.inv_freq[i] * float(pos);
+      cs[2 * hd + i] = float(cos(double(angle)));
+      cs[2 * hd + hd / 2 + i] = float(sin(double(angle)));
+    }
   }
   grid_wait();
   grid_launch_dependents();
   if (!live) return;
+  for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
   if (fused) {
-    __syncthreads();  // cs written
-    decode_prep(q, k, v, pos, g, G, hd, stride, last, pr, prep, cs, cs + 2 * hd + hd / 2, qs, ks,
-                vs, ld);
+    if (one_round) t.put(ks, vs, c0, nd4, ld, 0);
+    __syncthreads();  // cs, qs and the tile written
+    decode_prep(k, v, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, vs, ld);
   } else {
-    for (int64_t i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = q[g * G * hd + i];
+    load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
   }
   float m[HPW], l[HPW];
   float4 acc[HPW][2];  // dims 4 (lane + 32 c) .. + 3, c < 2 (hd <= 256)
@@ -383,28 +425,34 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     acc[hh][0] = acc[hh][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   for (int64_t p0 = pb; p0 < pe; p0 += kTile) {
-    const int64_t cnt = pe - p0 < kTile ? pe - p0 : kTile;
-    if (p0 > pb || !fused) {  // (the fused kernel loaded its first tile before grid_wait)
-      __syncthreads();        // the previous tile is consumed
-      load_tile(k, v, p0, cnt, stride, g * hd, nd4, ld, ks, vs);
-    }
+    const int cnt = pe - p0 < kTile ? int(pe - p0) : kTile;
+    const int64_t p1 = p0 + kTile;
+    const int cnt1 = pe - p1 < kTile ? int(pe - p1) : kTile;
+    if (p1 < pe && one_round) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);  // next, in flight
     __syncthreads();  // the tile (and qs) written
 #pragma unroll
     for (int hh = 0; hh < HPW; ++hh) {
-      const int64_t hl = warp + int64_t(hh) * nw;
+      const int hl = warp + hh * nw;
       if (hl >= G) break;
-      attend_tile(qs + hl * hd, ks, vs, ld, hd, cnt, scale, m[hh], l[hh], acc[hh]);
+      attend_tile<HD>(qs + hl * hd, ks, vs, ld, hd, cnt, scale, m[hh], l[hh], acc[hh]);
+    }
+    if (p1 < pe) {
+      __syncthreads();  // the tile is consumed
+      if (one_round)
+        t.put(ks, vs, cnt1, nd4, ld, 0);
+      else
+        load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
-    const int64_t hl = warp + int64_t(hh) * nw;
+    const int hl = warp + hh * nw;
     if (hl >= G) break;
     const int64_t h = g * G + hl;
     float* part = scratch + (h * S + sp) * (hd + 4);  // acc [hd], max, sum
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int64_t d4 = lane + 32 * c;
+      const int d4 = lane + 32 * c;
       if (d4 >= nd4) continue;
       float4 a = acc[hh][c];
       if (splits == 1) a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
@@ -424,21 +472,20 @@ int64_t decode_grid_splits(int64_t positions) {
   return tiles < kMaxSplitsD ? (tiles > 0 ? tiles : 1) : kMaxSplitsD;
 }
 
-template <int HPW>
+template <int HPW, int HD>
 void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                    int64_t S, int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
                    float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 3 * hd + hd / 2) * sizeof(float);
+  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
   if (smem > 48 * 1024)
-    cudaFuncSetAttribute(attn_decode_kernel<HPW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};
-  launch(attn_decode_kernel<HPW>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos, d_pos,
-         heads, kvh, hd, scale, out, scratch, prep, done);
+  launch(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos,
+         d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
 }
-
 }  // namespace
 
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t hd) {
@@ -450,11 +497,18 @@ int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, 
 
 namespace {
 
+template <int HD, typename... A>
+void decode_hd(int64_t hpw, A&&... args) {
+  if (hpw == 1) return launch_decode<1, HD>(std::forward<A>(args)...);
+  if (hpw == 2) return launch_decode<2, HD>(std::forward<A>(args)...);
+  return launch_decode<4, HD>(std::forward<A>(args)...);
+}
+
+// hd picks the kernel; args: launch_decode's.
 template <typename... A>
-void decode_hpw(int64_t hpw, A&&... args) {
-  if (hpw == 1) return launch_decode<1>(std::forward<A>(args)...);
-  if (hpw == 2) return launch_decode<2>(std::forward<A>(args)...);
-  return launch_decode<4>(std::forward<A>(args)...);
+void decode_hpw(int64_t hpw, int64_t hd, A&&... args) {
+  if (hd == 128) return decode_hd<128>(hpw, std::forward<A>(args)...);
+  return decode_hd<0>(hpw, std::forward<A>(args)...);
 }
 
 }  // namespace
@@ -469,7 +523,7 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
     const int64_t S = decode_grid_splits(len),
                   hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
     // Without prep.k_new the kernel writes no cache row: k and v are only read.
-    return decode_hpw(hpw, q, const_cast<float*>(k), const_cast<float*>(v), first_pos, d_pos, S,
+    return decode_hpw(hpw, hd, q, const_cast<float*>(k), const_cast<float*>(v), first_pos, d_pos, S,
                       heads, kv_heads, hd, scale, out, scratch, DecodePrep{}, done, s);
   }
   const int64_t splits = splits_for(n_q, len);
@@ -489,7 +543,7 @@ bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t po
   const int64_t len = d_pos ? max_positions : pos + 1;
   const int64_t S = decode_grid_splits(len),
                 hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
-  decode_hpw(hpw, q, k_cache, v_cache, pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
+  decode_hpw(hpw, hd, q, k_cache, v_cache, pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
              prep, done, s);
   return true;
 }
