@@ -298,7 +298,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   };
   if (early) prep();  // ids and weights: two launches back
   grid_wait();        // x comes from the kernel before
-  grid_launch_dependents();
   if (!early) prep();
   copy_q8t(xt, sm, nb);
   __syncthreads();
@@ -322,6 +321,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     if (lane == 0) h[me + s * TW] = g / (1.0f + expf(-g)) * u;
   }
   grid_barrier(bar, unsigned(G));
+  // Only now, with every block of this grid resident: a dependent launched
+  // earlier could take the SM that a block not yet resident waits for, and
+  // spin in its grid_wait while the barrier waits for that block (a hang seen
+  // once in FusedMoeKernelMatchesCpu).
+  grid_launch_dependents();
   quantize_h(h, weights, inter, hq, nq);
   __syncthreads();
   float a0 = 0.0f, a1 = 0.0f;
