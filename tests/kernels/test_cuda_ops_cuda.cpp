@@ -296,10 +296,14 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
     int64_t heads, kvh, hd;
   };
   int c = 0;
-  for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64}})
-    // 2100 and 4990: more tiles than splits, so the last split's block finds
-    // the token's position in a later tile than its first.
-    for (int64_t pos : {0, 31, 32, 1700, 2100, 4990, 4999}) {
+  // 68: head_dim % 8 == 4; {4, 1, 128} and {2, 2, 128}: head_dim 128 with fewer
+  // than 8 heads per kv head (tiles in several rounds) and with one.
+  for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64},
+                         Heads{6, 2, 68}, Heads{4, 1, 128}, Heads{2, 2, 128}})
+    // 2100, 2144 and 4990: more tiles than splits, so the last split's block
+    // finds the token's position in a later tile than its first (2144: as
+    // that tile's only row).
+    for (int64_t pos : {0, 31, 32, 1700, 2100, 2144, 2145, 4990, 4999}) {
       const bool norms = ++c % 3 != 0;  // every third case without q/k norms
       const int64_t nh = s.heads, nkv = s.kvh, hd = s.hd, row = nkv * hd, cap = pos + 3;
       auto q = randn(size_t(nh * hd), rng), k = randn(size_t(row), rng),
@@ -799,6 +803,14 @@ TEST(CudaOps, BadRequestsAreErrors) {
   REQUIRE_GPU();
   EXPECT_THROW(make_cuda_backend(cuda_device_count()), Error);
   EXPECT_THROW(make_backend("cuda:x"), Error);
+  for (const char* bad : {"attn,bogus", ","}) {  // the profiling switch names its ops
+    EnvVar e("MOETIER_CUDA_SKIP", bad);
+    EXPECT_THROW(make_cuda_backend(0), Error) << bad;
+  }
+  {
+    EnvVar e("MOETIER_CUDA_SKIP", "attn,experts");
+    EXPECT_NO_THROW(make_cuda_backend(0));
+  }
   Fixture f;
   EXPECT_THROW(f.gpu->alloc(size_t(1) << 62), Error);  // names the size, no crash
 }

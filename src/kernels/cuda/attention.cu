@@ -158,6 +158,9 @@ __host__ __device__ inline void decode_layout(int64_t len, int64_t& tps, int64_t
 // loads, `put` stores them into the tiles ks / vs (rows of ld floats). A tile
 // fits when kTile nd4 <= kPer blockDim (head_dim 128 with 8 warps); otherwise
 // load_tile() goes through it in several rounds.
+// The loads are plain (coherent) ones: a later tile of the last split reads
+// back the row at pos that its block wrote after grid_wait (never __ldg or
+// ld.global.nc here, nor __restrict__ on the caches).
 struct TileRegs {
   float4 k[kPer], v[kPer];
   __device__ __forceinline__ void fetch(const float* kc, const float* vc, int64_t p0, int cnt,
@@ -389,7 +392,9 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   const bool live = sp < splits, fused = prep.k_new != nullptr;
   const bool last = fused && live && sp == splits - 1;
   const int pr = last && pos < pb + cnt0 ? int(pos - pb) : -1;  // pos's row in the first tile
-  const bool one_round = kTile * nd4 <= kPer * int(blockDim.x);
+  // HD = 0 (head_dim not compiled in) always takes load_tile: TileRegs held
+  // across attend_tile would cost it a block per SM in registers.
+  const bool one_round = HD != 0 && kTile * nd4 <= kPer * int(blockDim.x);
   TileRegs t;
   const int c0 = fused && pr >= 0 ? pr : cnt0;  // the first tile's rows read before grid_wait
   if (live && fused) {                          // rows below pos only: written by earlier steps
