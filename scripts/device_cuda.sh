@@ -16,6 +16,7 @@
 #   probe                                            the MoE kernels side by side (moe_probe)
 #   bins test q30 bench30                            carried binaries (B=build), no build here
 #   bins test q30 moeab30 moeabds4                   the fused MoE kernel against the q8 kernels
+#   bins skip                                        each decode op's cost in the graph (ARMS=...)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
