@@ -84,7 +84,7 @@ void shapes_bf16(benchmark::internal::Benchmark* b) {
                                                     {256, 256, 64},
                                                     {8192, 256, 16},  // tiny
                                                     {4096, 2048, 1},
-                                                    {4096, 2048, 64},  // 30B q_proj
+                                                    {4096, 2048, 64},   // 30B q_proj
                                                     {65536, 2048, 1}})  // 256 MB: from DRAM
       b->Args({s[0], s[1], s[2], t});
 }
@@ -99,7 +99,8 @@ void shapes_mxfp4(benchmark::internal::Benchmark* b) {
                                            {2048, 768, 1},
                                            {768, 2048, 32},   // 30B expert
                                            {65536, 2048, 1},  // 68 MB: from DRAM
-                                           {65536, 2048, 4}})
+                                           {65536, 2048, 4},
+                                           {65536, 2048, 8}})
       b->Args({s[0], s[1], s[2], t});
 }
 

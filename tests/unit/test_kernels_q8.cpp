@@ -152,8 +152,8 @@ TEST(Q8, MatmulIsBatchAndThreadInvariantOnEveryPath) {
   }
 }
 
-// The avx512 path's VNNI kernels compute the AVX2 kernels' bits (q8.h), one
-// activation row (straight from the stored rows) and several (decoded tiles),
+// The avx512 path's VNNI kernels compute the AVX2 kernels' bits (q8.h), up to
+// 8 activation rows (straight from the stored rows) and more (decoded tiles),
 // with an even and an odd number of blocks per row.
 TEST(Q8, Avx512GivesTheAvx2Bits) {
   if (!cpu::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
@@ -163,7 +163,7 @@ TEST(Q8, Avx512GivesTheAvx2Bits) {
   for (auto [rows, cols] :
        std::vector<std::array<int64_t, 2>>{{67, 160}, {9, 96}, {130, 2048}, {21, 768}, {6, 32}}) {
     Mxfp4Matrix w(rows, cols, rng);
-    for (int64_t n : {1, 2, 3, 4, 5, 9}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 9}) {  // 5 and 8: direct, in groups of 4; 9: tiles
       auto x = randn(size_t(n * cols), rng);
       std::vector<float> y2(size_t(n * rows), NAN), y5(y2.size(), -1.0f);
       cpu::set_kernel_path(cpu::KernelPath::Avx2);

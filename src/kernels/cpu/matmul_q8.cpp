@@ -2,7 +2,7 @@
 // (kernels/cpu/q8.h): each row of X is quantized once per call, then the rows
 // of W are cut into tiles of 4 that the thread pool hands out in chunks.
 // Per tile:
-//   - n == 1 on the AVX2 path, n <= kQ8DirectTokens on the AVX-512 path: the
+//   - n == 1 on the AVX2 path, n <= kQ8DirectMax on the AVX-512 path: the
 //     4 rows are decoded in registers inside the integer dot products (decode
 //     steps; experts few tokens chose);
 //   - otherwise the 4 rows are decoded once into a per-thread scratch
@@ -77,12 +77,12 @@ void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vect
 
 void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
   const bool avx512 = j.path == KernelPath::Avx512;
-  if ((j.path == KernelPath::Avx2 && j.n == 1) || (avx512 && j.n <= kQ8DirectTokens)) {
+  if ((j.path == KernelPath::Avx2 && j.n == 1) || (avx512 && j.n <= kQ8DirectMax)) {
     const int64_t cols = 32 * j.blocks;
     for (int64_t t = tile0; t < tile1; ++t) {
       const uint8_t *codes[4], *scales[4];
       row_ptrs(j, 4 * t, codes, scales);
-      float out[4 * kQ8DirectTokens];
+      float out[4 * kQ8DirectMax];
       if (avx512)
         q8_direct4_mxfp4_avx512(codes, scales, j.q, j.d, cols, j.blocks, j.blocks, j.n, out);
       else
