@@ -89,9 +89,9 @@ void q8_direct4_mxfp4_avx2(const uint8_t* const codes[4], const uint8_t* const s
 // n activation rows (q [n, ldq], d [n, ldd]) straight from the stored rows,
 // up to kQ8DirectTokens at a time: out[t * 4 + i]. The avx512 path takes it
 // for n <= kQ8DirectMax (decode steps, and experts that few tokens chose):
-// past 4 tokens each group of 4 decodes the rows again, from L1, which
-// kernels_bench measured faster than the scratch up to 8 tokens from DRAM
-// (docs/engine.md).
+// past 4 tokens each group of 4 decodes the rows again, from L1. kernels_bench
+// from DRAM put that ahead of the scratch at 6 tokens and level or ahead at 8,
+// at 1 and 2 threads, and level at 12 (docs/engine.md).
 constexpr int64_t kQ8DirectTokens = 4;
 constexpr int64_t kQ8DirectMax = 8;
 void q8_direct4_mxfp4_avx512(const uint8_t* const codes[4], const uint8_t* const scales[4],
