@@ -17,6 +17,7 @@
 #   bins test q30 bench30                            carried binaries (B=build), no build here
 #   bins test q30 moeab30 moeabds4                   the fused MoE kernel against the q8 kernels
 #   bins skip                                        each decode op's cost in the graph (ARMS=...)
+#   bins llama_build q30 bench30 fuse30 ds4 llama30  the side by side with carried binaries
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -28,7 +29,7 @@ step_build() {
   local t0=$SECONDS
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON -DMOETIER_WERROR=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
-    ninja -C $B moetier test_cuda_ops_cuda test_cuda_model_cuda test_backend_cuda \
+    ninja -C $B moetier test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_backend_cuda \
       test_golden_qwen3 cuda_ops_bench >>"$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
   echo "build: $((SECONDS - t0)) s"
@@ -55,7 +56,7 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
   timeout ${PROBE_TIMEOUT:-240} $p 2>&1 | tee "$OUT/moe_probe.txt"
 }
 step_test() {
-  for t in test_backend_cuda test_cuda_ops_cuda test_cuda_model_cuda test_golden_qwen3; do
+  for t in test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_golden_qwen3; do
     MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 timeout ${TEST_TIMEOUT:-300} stdbuf -oL -eL ./$B/tests/$t \
       >"$OUT/$t.log" 2>&1
     local rc=$?
@@ -190,6 +191,13 @@ step_moeab30() {  # all-resident decode: the fused MoE kernel (default) and the 
     bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
     MOETIER_CUDA_MOE=q8 bench_arm "moetier cuda all resident, q8 MoE kernels" --prompt-tokens 256 \
       --gen 128 --runs 2
+  done
+}
+step_fuse30() {  # all-resident decode: norms and adds fused (default) and as separate ops, interleaved
+  for r in $(seq ${AB_ROUNDS:-2}); do
+    bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+    MOETIER_CUDA_FUSE=0 bench_arm "moetier cuda all resident, norms and adds as separate ops" \
+      --prompt-tokens 256 --gen 128 --runs 2
   done
 }
 step_moeabds4() {  # the same on DeepSeek-V4-Flash-shaped experts (6 layers)

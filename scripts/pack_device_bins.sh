@@ -6,7 +6,8 @@
 # There: B=build bash scripts/device_cuda.sh bins test ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-T=(src/tools/moetier tests/test_backend_cuda tests/test_cuda_ops_cuda tests/test_cuda_model_cuda
+T=(src/tools/moetier tests/test_backend_cuda tests/test_cuda_ops_cuda tests/test_cuda_fused_cuda
+   tests/test_cuda_model_cuda
    tests/test_golden_qwen3 bench/cuda_ops_bench)
 ninja -C build "${T[@]##*/}"
 mkdir -p .carry/debs

@@ -71,6 +71,15 @@ void Backend::route_moe_resident(const MatView& router, int table, const float* 
   moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
 }
 
+void Backend::route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
+                                     bool renormalize, float* probs, int32_t* ids, float* weights,
+                                     int64_t hidden, int64_t intermediate, const NormAdd& f) {
+  rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);
+  route_moe_resident(router, table, f.xn, k, renormalize, probs, ids, weights, hidden, intermediate,
+                     f.tmp);
+  add(x, f.tmp, hidden);
+}
+
 void Backend::argmax(const float* x, int64_t n, int32_t* out) {
   check(n > 0, "argmax of no values");
   std::vector<float> h(static_cast<size_t>(n));

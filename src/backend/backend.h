@@ -165,6 +165,21 @@ class Backend {
                             std::span<float* const> ys) {
     for (size_t i = 0; i < ws.size(); ++i) matmul(ws[i], x, n, ys[i]);
   }
+  // matmul_multi of xn [n, cols] = rmsnorm(x, norm [cols], eps): the input norm
+  // fused into its consumers (q/k/v at decode). xn is the default's scratch; a
+  // backend that fuses the two may leave it unwritten.
+  virtual void matmul_multi_rmsnorm(std::span<const MatView> ws, const float* x, const float* norm,
+                                    float eps, int64_t n, std::span<float* const> ys, float* xn) {
+    rmsnorm(x, norm, n, ws[0].cols, eps, xn);
+    matmul_multi(ws, xn, n, ys);
+  }
+  // y [n, w.rows] += x [n, w.cols] w^T: the residual add fused into its
+  // producer (o_proj). tmp [n, w.rows] is the default's scratch (it may be
+  // left unwritten).
+  virtual void matmul_add(const MatView& w, const float* x, int64_t n, float* y, float* tmp) {
+    matmul(w, x, n, tmp);
+    add(y, tmp, n * w.rows);
+  }
   // Attention's per-head steps: q [n, nh, hd] and k [n, nkv, hd] normalized per
   // head (q_norm / k_norm [hd]; null: no norm) and rotated (RoPE at positions
   // pos..) in place, then k and v [n, nkv, hd] written to the caches
@@ -249,6 +264,19 @@ class Backend {
   virtual void route_moe_resident(const MatView& router, int table, const float* x, int64_t k,
                                   bool renormalize, float* probs, int32_t* ids, float* weights,
                                   int64_t hidden, int64_t intermediate, float* out);
+  // The same step with its norm and residual add taken in: xn [hidden] =
+  // rmsnorm(x, norm, eps), route_moe_resident(.., xn, ..) into tmp [hidden],
+  // then x += tmp (the default; CUDA normalizes x in the router and quantize
+  // kernels and adds in the down projection). xn and tmp are the default's
+  // scratch (they may be left unwritten).
+  struct NormAdd {
+    const float* norm = nullptr;  // [hidden]
+    float eps = 0.0f;
+    float *xn = nullptr, *tmp = nullptr;
+  };
+  virtual void route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
+                                      bool renormalize, float* probs, int32_t* ids, float* weights,
+                                      int64_t hidden, int64_t intermediate, const NormAdd& f);
 
   // Decode graphs (optional; CUDA). graph_begin(pos, max_positions) starts
   // recording the ops of one decode step (one token at position pos: every

@@ -43,6 +43,13 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
 void route_moe_resident_device(Backend& be, const MatView& router, int table, const float* x,
                                int64_t k, bool norm_topk_prob, int64_t hidden, int64_t intermediate,
                                float* out, Workspace& ws, int32_t* ids_out = nullptr);
+// The same with the block's norm and residual add taken in
+// (Backend::route_moe_resident_add): x [hidden] += the MoE block of
+// rmsnorm(x, f.norm, f.eps).
+void route_moe_resident_add_device(Backend& be, const MatView& router, int table, float* x,
+                                   int64_t k, bool norm_topk_prob, int64_t hidden,
+                                   int64_t intermediate, const Backend::NormAdd& f, Workspace& ws,
+                                   int32_t* ids_out = nullptr);
 // The same on the CPU backend with host x (tests, tools).
 Routing route(const MatView& router, const float* x, int64_t n, int64_t k, bool norm_topk_prob);
 

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "format/tokenizer.h"
 #include "golden/golden_fixture.h"
+#include "kernels/cuda_fixture.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -20,8 +21,6 @@ using namespace moetier;
 using namespace moetier::testing;
 
 namespace {
-
-bool have_gpu() { return built_with_cuda() && cuda_device_count() > 0; }
 
 std::unique_ptr<Engine> engine(const fs::path& dir, const std::string& backend) {
   EngineOptions o;
@@ -100,6 +99,24 @@ TEST(CudaModel, EmbeddedModelMatchesCpuEngine) {
   auto cpu = engine(dir, "cpu");
   auto gpu = engine(dir, "cuda");
   expect_same_greedy(*cpu, *gpu, tok, 24, "");
+}
+
+// Decode with the layer's norms and residual adds inside their consumers and
+// producers (the default) gives the tokens of the separate ops
+// (MOETIER_CUDA_FUSE=0), with f32 activations and with int8 ones (the CUDA
+// default outside these tests, where the router and the q8 expert kernels
+// take the norm and the add in); the separate ops are each pinned to the CPU.
+TEST(CudaModel, FusedDecodeOpsChangeNoToken) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  for (const char* mode : {"q8", "f32"}) {
+    ActMode act(mode);
+    auto fused = engine(dir, "cuda");
+    ScopedEnv off("MOETIER_CUDA_FUSE", "0");
+    auto separate = engine(dir, "cuda");
+    expect_same_greedy(*separate, *fused, tok, 24, std::string(" ") + mode);
+  }
 }
 
 // Decode graphs (recorded on the second decode step, replayed after) give the

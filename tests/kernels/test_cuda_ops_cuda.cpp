@@ -22,86 +22,11 @@
 #include "core/error.h"
 #include "kernels/cb3.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cuda_fixture.h"
 #include "unit/numeric.h"
 
 using namespace moetier;
 using namespace moetier::testing;
-
-namespace {
-
-bool have_gpu() { return built_with_cuda() && cuda_device_count() > 0; }
-
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)"
-
-// Owns the host bytes of a random matrix of any encoding.
-struct HostMatrix {
-  std::vector<uint8_t> bytes, scales;
-  MatView view;
-  HostMatrix(WeightEncoding enc, int64_t rows, int64_t cols, std::mt19937& rng) {
-    view = {enc, rows, cols, nullptr, nullptr};
-    std::uniform_int_distribution<int> byte(0, 255), sc(118, 130), code(0, 7);
-    auto f = randn(size_t(rows * cols), rng, 0.5f);
-    switch (enc) {
-      case WeightEncoding::F32:
-        bytes.resize(f.size() * 4);
-        std::memcpy(bytes.data(), f.data(), bytes.size());
-        break;
-      case WeightEncoding::BF16:
-        bytes.resize(f.size() * 2);
-        for (size_t i = 0; i < f.size(); ++i) {
-          const uint16_t h = f32_to_bf16(f[i]);
-          std::memcpy(bytes.data() + 2 * i, &h, 2);
-        }
-        break;
-      case WeightEncoding::MXFP4:
-        for (int64_t i = 0; i < rows * cols / 2; ++i) bytes.push_back(uint8_t(byte(rng)));
-        for (int64_t i = 0; i < rows * cols / 32; ++i) scales.push_back(uint8_t(sc(rng)));
-        break;
-      case WeightEncoding::CB3: {
-        const int64_t rb = kernels::cb3_row_bytes(cols);
-        bytes.assign(size_t(rows * rb), 0);
-        std::vector<uint8_t> c(static_cast<size_t>(cols));
-        for (int64_t r = 0; r < rows; ++r) {
-          for (auto& x : c) x = uint8_t(code(rng));
-          kernels::cb3_pack_row(c.data(), cols, bytes.data() + r * rb);
-        }
-        for (int64_t i = 0; i < rows * 8; ++i) {
-          const uint16_t h = f32_to_f16(randn(1, rng, 0.3f)[0]);
-          scales.push_back(uint8_t(h & 0xff));
-          scales.push_back(uint8_t(h >> 8));
-        }
-        break;
-      }
-    }
-    view.data = bytes.data();
-    view.scales = scales.empty() ? nullptr : scales.data();
-  }
-};
-
-struct Fixture {
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
-  std::unique_ptr<Backend> gpu = have_gpu() ? make_cuda_backend(0) : nullptr;
-  WeightStore store;
-
-  float* up(const std::vector<float>& v, std::vector<DeviceBuffer>& keep) {
-    keep.push_back(gpu->alloc(v.size() * 4));
-    gpu->to_device(keep.back().data(), v.data(), v.size() * 4);
-    return keep.back().as<float>();
-  }
-  std::vector<float> down(const float* d, size_t n) {
-    std::vector<float> h(n);
-    gpu->to_host(h.data(), d, n * 4);
-    return h;
-  }
-  float* zeros(size_t n, std::vector<DeviceBuffer>& keep) {
-    keep.push_back(gpu->alloc(n * 4));
-    gpu->fill_zero(keep.back().as<float>(), int64_t(n));
-    return keep.back().as<float>();
-  }
-};
-
-}  // namespace
 
 struct MatmulCase {
   WeightEncoding enc;
@@ -113,7 +38,7 @@ class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
 TEST_P(CudaMatmul, MatchesCpu) {
   REQUIRE_GPU();
   const auto [enc, rows, cols, n] = GetParam();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(uint32_t(rows * 131 + cols * 7 + n));
   HostMatrix w(enc, rows, cols, rng);
   const auto x = randn(size_t(n * cols), rng);
@@ -151,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(OddShapes, CudaMatmul, ::testing::ValuesIn(matmul_cases
 
 TEST(CudaOps, ElementwiseNormRopeMatchCpu) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(5);
   std::vector<DeviceBuffer> keep;
   const int64_t n = 7, dim = 200, heads = 3, hd = 64;
@@ -192,7 +117,7 @@ TEST(CudaOps, ElementwiseNormRopeMatchCpu) {
 // The fused steps against the CPU backend's compositions of the plain ops.
 TEST(CudaOps, FusedStepsMatchCpu) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(23);
   std::vector<DeviceBuffer> keep;
   // add_rmsnorm on odd rows
@@ -255,7 +180,7 @@ TEST(CudaOps, FusedStepsMatchCpu) {
 
 TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(7);
   struct Heads {
     int64_t heads, kvh, hd;
@@ -290,7 +215,7 @@ TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
 // for every case, so each launch must leave the block counters at 0.
 TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(23);
   struct Heads {
     int64_t heads, kvh, hd;
@@ -344,7 +269,7 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
 // (the lowest index wins), twice per size (the block counter is reset).
 TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(29);
   for (int64_t n : {1, 7, 1000, 4099, 151936, 300001})
     for (int rep = 0; rep < 2; ++rep) {
@@ -365,7 +290,7 @@ TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
 
 TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(9);
   std::vector<DeviceBuffer> keep;
   const int64_t n = 5;
@@ -405,7 +330,7 @@ TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
 // two-launch path.
 TEST(CudaOps, FusedRouterMatchesCpu) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(17);
   std::vector<DeviceBuffer> keep;
   struct Case {
@@ -444,52 +369,11 @@ TEST(CudaOps, FusedRouterMatchesCpu) {
   }
 }
 
-// Random experts of one encoding, on the host and uploaded.
-struct ExpertSet {
-  std::vector<std::unique_ptr<HostMatrix>> mats;
-  std::vector<ExpertView> host, dev;
-  ExpertSet(Fixture& f, WeightEncoding enc, int64_t n, int64_t H, int64_t I, std::mt19937& rng) {
-    for (int64_t e = 0; e < n; ++e) {
-      for (auto [r, cols] : {std::pair<int64_t, int64_t>{I, H}, {I, H}, {H, I}})
-        mats.push_back(std::make_unique<HostMatrix>(enc, r, cols, rng));
-      const size_t b = mats.size() - 3;
-      host.push_back({mats[b]->view, mats[b + 1]->view, mats[b + 2]->view});
-    }
-    upload(f);
-  }
-  // dev = the host experts on the GPU (again after the host bytes change).
-  void upload(Fixture& f) {
-    dev.clear();
-    for (const ExpertView& h : host)
-      dev.push_back({f.gpu->weights(h.gate, f.store), f.gpu->weights(h.up, f.store),
-                     f.gpu->weights(h.down, f.store)});
-  }
-  // The CPU's output for one token routed to ids (router order) with w:
-  // the experts in ascending id order.
-  std::vector<float> cpu_out(Fixture& f, const std::vector<int32_t>& ids,
-                             const std::vector<float>& w, const std::vector<float>& x, int64_t H,
-                             int64_t I) const {
-    std::vector<size_t> order(ids.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = j;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
-    std::vector<ExpertView> hs;
-    std::vector<int64_t> offs{0}, toks;
-    std::vector<float> ws;
-    for (size_t j : order) {
-      hs.push_back(host[size_t(ids[j])]);
-      toks.push_back(0), ws.push_back(w[j]), offs.push_back(int64_t(toks.size()));
-    }
-    std::vector<float> ref(size_t(H), 0.0f);
-    f.cpu->expert_batch({hs, offs, toks, ws, x.data(), 1, H, I, ref.data()});
-    return ref;
-  }
-};
-
 // Random expert groups against the CPU: a chunk of 40 tokens (the f32 path)
 // and of 80 (expert 2's 34 tokens take the bf16 tensor-core GEMM path).
 TEST(CudaOps, ExpertBatchAndResidentExpertsMatchCpu) {
   REQUIRE_GPU();
-  Fixture f;
+  BackendPair f;
   std::mt19937 rng(11);
   const int64_t H = 96, I = 64;
   for (int64_t n : {40, 80})  // (H, I) = (96, 64): a width that is not a multiple of the tiles
@@ -535,31 +419,6 @@ TEST(CudaOps, ExpertBatchAndResidentExpertsMatchCpu) {
     }
 }
 
-// Sets the CUDA backend's MoE activations (MOETIER_CUDA_ACT, read when a
-// backend is made) and the CPU's MXFP4 activations to one mode; restores both.
-class ActMode {
- public:
-  explicit ActMode(const char* mode) : before_(cpu::mxfp4_activations()) {
-    const char* env = std::getenv("MOETIER_CUDA_ACT");
-    had_ = env != nullptr;
-    env_ = env ? env : "";
-    setenv("MOETIER_CUDA_ACT", mode, 1);
-    cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
-  }
-  ~ActMode() {
-    if (had_)
-      setenv("MOETIER_CUDA_ACT", env_.c_str(), 1);
-    else
-      unsetenv("MOETIER_CUDA_ACT");
-    cpu::set_mxfp4_activations(before_);
-  }
-
- private:
-  cpu::Activations before_;
-  bool had_ = false;
-  std::string env_;
-};
-
 // The resident MoE step at real widths (Qwen3-30B-A3B: 8 of 12 experts of
 // 768 x 2048; DeepSeek-V4-Flash-like: 6 of 8 of 2048 x 4096 in MXFP4), ids
 // in router order, against the CPU: with f32 activations on both, and with
@@ -573,7 +432,7 @@ TEST(CudaOps, ResidentExpertsAtRealWidthsMatchCpu) {
   };
   for (const char* mode : {"f32", "q8"}) {
     ActMode act(mode);
-    Fixture f;  // its CUDA backend reads MOETIER_CUDA_ACT
+    BackendPair f;  // its CUDA backend reads MOETIER_CUDA_ACT
     std::mt19937 rng(17);
     for (const Case& c : {Case{WeightEncoding::MXFP4, 12, 8, 2048, 768},
                           Case{WeightEncoding::BF16, 12, 8, 2048, 768},
@@ -620,7 +479,7 @@ TEST(CudaOps, RoutedResidentExpertsMatchCpu) {
   };
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
-    Fixture f;
+    BackendPair f;
     std::mt19937 rng(29);
     for (const Case& c : {Case{16, 8, 2048, 768}, Case{5, 3, 96, 64}, Case{10, 6, 4096, 2048},
                           Case{40, 32, 160, 96}, Case{8, 4, 2880, 1024},
@@ -685,7 +544,7 @@ TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
   const int64_t H = 96, I = 64, E = 5, k = 3;
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
-    Fixture f;
+    BackendPair f;
     std::mt19937 rng(31);
     ExpertSet ex(f, WeightEncoding::MXFP4, E, H, I, rng);
     std::uniform_int_distribution<int> tiny(0, 2);
@@ -753,7 +612,7 @@ TEST(CudaOps, FusedMoeKernelMatchesCpu) {
     std::mt19937 rng(41);
     {
       EnvVar m("MOETIER_CUDA_MOE", moe), t("MOETIER_CUDA_TIMING", timing);
-      Fixture f;
+      BackendPair f;
       for (const Case& c : {Case{9, 7, 1536, 768}, Case{20, 13, 512, 256}, Case{12, 5, 512, 2304},
                             Case{5, 3, 4096, 256}, Case{4, 2, 6144, 512}, Case{16, 8, 2048, 768},
                             Case{8, 6, 4096, 2048}}) {
@@ -811,6 +670,6 @@ TEST(CudaOps, BadRequestsAreErrors) {
     EnvVar e("MOETIER_CUDA_SKIP", "attn,experts");
     EXPECT_NO_THROW(make_cuda_backend(0));
   }
-  Fixture f;
+  BackendPair f;
   EXPECT_THROW(f.gpu->alloc(size_t(1) << 62), Error);  // names the size, no crash
 }

@@ -85,6 +85,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(!moe || std::string(moe) == "fused" || std::string(moe) == "q8",
         "MOETIER_CUDA_MOE={}: expected fused or q8", moe ? moe : "");
   moe_fused_ = moe && std::string(moe) == "fused";
+  // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
+  // separate launches instead of inside their consumers and producers (A/B).
+  const char* fz = std::getenv("MOETIER_CUDA_FUSE");
+  check(!fz || std::string(fz) == "0" || std::string(fz) == "1",
+        "MOETIER_CUDA_FUSE={}: expected 0 or 1", fz ? fz : "");
+  fuse_ = !fz || std::string(fz) == "1";
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_GEMV_WARP_ROWS=N: matrices of N rows or more take the warp
   // GEMV (default 32768: the LM head), the others the block GEMV (A/B).
@@ -384,23 +390,56 @@ void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) 
   }
 }
 
-// One launch for the weights of one input at decode (q/k/v), else one matmul each.
-void CudaBackend::matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
-                               std::span<float* const> ys) {
-  if (skipped(kSkipQkv, n)) return;
-  bool one = n == 1 && !legacy_decode_ && !ws.empty() && ws.size() <= cuda::GemvMulti::kMax;
+namespace {
+// The one-launch GEMV of the weights of one input (q/k/v), of rmsnorm(x, norm)
+// when norm is set; false (nothing launched) where it does not apply.
+bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float* const> ys,
+                    const float* norm, float eps, cudaStream_t s) {
+  if (ws.empty() || ws.size() > size_t(cuda::GemvMulti::kMax)) return false;
   cuda::GemvMulti g;
-  for (size_t i = 0; one && i < ws.size(); ++i) {
+  for (size_t i = 0; i < ws.size(); ++i) {
     kernels::check_matview(ws[i], "cuda matmul");
-    one = ws[i].enc == ws[0].enc && ws[i].cols == ws[0].cols && cuda::vectorizable(ws[i]);
+    if (ws[i].enc != ws[0].enc || ws[i].cols != ws[0].cols || !cuda::vectorizable(ws[i]))
+      return false;
     g.w[i] = static_cast<const uint8_t*>(ws[i].data);
     g.sc[i] = ws[i].scales;
     g.y[i] = ys[i];
     g.tile0[i + 1] = g.tile0[i] + ws[i].rows;
   }
   g.count = int(ws.size());
-  if (one && cuda::gemv_multi(g, ws[0].enc, ws[0].cols, x, stream_)) return after("gemv_multi");
+  g.norm = norm;
+  g.eps = eps;
+  return cuda::gemv_multi(g, ws[0].enc, ws[0].cols, x, s);
+}
+}  // namespace
+
+// One launch for the weights of one input at decode (q/k/v), else one matmul each.
+void CudaBackend::matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
+                               std::span<float* const> ys) {
+  if (skipped(kSkipQkv, n)) return;
+  if (n == 1 && !legacy_decode_ && gemv_multi_one(ws, x, ys, nullptr, 0.0f, stream_))
+    return after("gemv_multi");
   Backend::matmul_multi(ws, x, n, ys);
+}
+
+// At decode the norm is computed by the GEMV's blocks (no norm launch).
+void CudaBackend::matmul_multi_rmsnorm(std::span<const MatView> ws, const float* x,
+                                       const float* norm, float eps, int64_t n,
+                                       std::span<float* const> ys, float* xn) {
+  if (skipped(kSkipQkv, n)) return;
+  if (n == 1 && !legacy_decode_ && fuse_ && gemv_multi_one(ws, x, ys, norm, eps, stream_))
+    return after("gemv_multi_rmsnorm");
+  Backend::matmul_multi_rmsnorm(ws, x, norm, eps, n, ys, xn);
+}
+
+// At decode the GEMV adds its rows to y (no add launch).
+void CudaBackend::matmul_add(const MatView& w, const float* x, int64_t n, float* y, float* tmp) {
+  kernels::check_matview(w, "cuda matmul");
+  if (w.rows < 32768 && skipped(kSkipO, n)) return;
+  if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, true);
+  if (n == 1 && !legacy_decode_ && fuse_ && cuda::gemv1(w, x, y, true, stream_))
+    return after("gemv1_add");
+  Backend::matmul_add(w, x, n, y, tmp);
 }
 
 // y [n, rows] (+)= x [n, cols] w^T on tensor cores: x and w rounded to bf16

@@ -99,6 +99,9 @@ class CudaBackend final : public Backend {
   }
   void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
                     std::span<float* const> ys) override;
+  void matmul_multi_rmsnorm(std::span<const MatView> ws, const float* x, const float* norm,
+                            float eps, int64_t n, std::span<float* const> ys, float* xn) override;
+  void matmul_add(const MatView& w, const float* x, int64_t n, float* y, float* tmp) override;
   void qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                        int64_t n, int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,
                        const float* inv_freq, float* k_cache, float* v_cache) override {
@@ -133,6 +136,9 @@ class CudaBackend final : public Backend {
   void route_moe_resident(const MatView& router, int table, const float* x, int64_t k,
                           bool renormalize, float* probs, int32_t* ids, float* weights,
                           int64_t hidden, int64_t intermediate, float* out) override;
+  void route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
+                              bool renormalize, float* probs, int32_t* ids, float* weights,
+                              int64_t hidden, int64_t intermediate, const NormAdd& f) override;
 
  private:
   // First member: destroyed last, after every buffer the backend owns is freed.
@@ -168,6 +174,7 @@ class CudaBackend final : public Backend {
   bool f32_prefill_ = false;
   bool legacy_decode_ = false;  // MOETIER_CUDA_DECODE=legacy
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
+  bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool moe_fused_ = false;      // MOETIER_CUDA_MOE=fused | q8 (default): the q8 MoE kernels
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
@@ -207,7 +214,8 @@ class CudaBackend final : public Backend {
   const Table& table_at(int table, int64_t k) const;
   // The q8 kernels for one token (false: they do not apply, nothing launched).
   bool moe_q8(const Table& t, const int32_t* ids, const float* weights, int64_t k, const float* x,
-              int64_t hidden, int64_t intermediate, float* out, bool early);
+              int64_t hidden, int64_t intermediate, float* out, bool early,
+              const cuda::Q8Fuse& fuse = {});
   // Block counters and partials of the one-launch kernels (each 0 between
   // launches: the last block of a launch resets what it counted).
   struct Sync {

@@ -213,12 +213,12 @@ const CudaBackend::Table& CudaBackend::table_at(int table, int64_t k) const {
 
 bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weights, int64_t k,
                          const float* x, int64_t hidden, int64_t intermediate, float* out,
-                         bool early) {
+                         bool early, const cuda::Q8Fuse& fuse) {
   if (legacy_decode_ || !act_q8_ ||
       !cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate))
     return false;
   void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
-  if (moe_fused_ &&
+  if (moe_fused_ && !fuse.norm && !fuse.accumulate &&
       cuda::moe_decode_fused(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.bulk, ids, weights, int(k), x,
                              hidden, intermediate, sq, out, sync()->moe_bar, early, stream_)) {
     after("resident experts (fused)");
@@ -226,7 +226,7 @@ bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weight
   }
   (void)cudaGetLastError();  // a refused shared-memory attribute: the q8 kernels instead
   if (!cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
-                           hidden, intermediate, sq, out, early, stream_)) {
+                           hidden, intermediate, sq, out, early, stream_, fuse)) {
     (void)cudaGetLastError();  // a refused shared-memory attribute: the f32 path instead
     return false;
   }
@@ -268,6 +268,40 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
   if (skipped(kSkipExperts, 1)) return;
   if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, true)) return;
   moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
+}
+
+}  // namespace moetier
+
+namespace moetier {
+
+// The router and the quantize kernel each normalize x themselves and the down
+// projection adds into x: four launches for norm, router, experts and
+// residual add. The early reads hold as in route_moe_resident (x was written
+// before the router). Other expert paths (f32 activations, the fused kernel,
+// legacy) take the default.
+void CudaBackend::route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
+                                         bool renormalize, float* probs, int32_t* ids,
+                                         float* weights, int64_t hidden, int64_t intermediate,
+                                         const NormAdd& f) {
+  const Table& t = table_at(table, k);
+  const bool fuse = fuse_ && !legacy_decode_ && act_q8_ && !moe_fused_ &&
+                    cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate) &&
+                    router.cols == hidden && router.rows <= 1024 && k <= router.rows;
+  if (!fuse)
+    return Backend::route_moe_resident_add(router, table, x, k, renormalize, probs, ids, weights,
+                                           hidden, intermediate, f);
+  if (!skipped(kSkipRouter, 1)) {
+    if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
+                           stream_, {f.norm, f.eps}))
+      return Backend::route_moe_resident_add(router, table, x, k, renormalize, probs, ids, weights,
+                                             hidden, intermediate, f);
+    after("router_topk_rmsnorm");
+  }
+  if (skipped(kSkipExperts, 1)) return;
+  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, x, true, {f.norm, f.eps, true})) return;
+  rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
+  moe_resident(table, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
+  add(x, f.tmp, hidden);
 }
 
 }  // namespace moetier

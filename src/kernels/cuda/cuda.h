@@ -69,8 +69,14 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // weights [k] as softmax_topk gives them (w [e, cols], e <= 1024). done: one
 // device counter, 0 before and after (the last block to finish runs the
 // top-k). false (nothing launched) where the vector GEMV does not apply.
+// f.norm: the logits of rmsnorm(x, norm, eps) (each block normalizes x itself).
+struct RouterFuse {
+  const float* norm = nullptr;
+  float eps = 0.0f;
+};
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
-                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s);
+                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
+                 const RouterFuse& f = {});
 
 // Causal GQA attention (see Backend::attention). Graph mode: d_pos non-null,
 // the query's position is *d_pos and the grid covers max_positions. scratch:
@@ -183,9 +189,17 @@ bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int
 // false (nothing launched) where it does not apply (moe_q8_applies).
 size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter);
 bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t inter);
+// fuse: the step's neighbours taken in: x is normalized first (norm [hidden]
+// set: rmsnorm(x, norm, eps), in the quantize kernel) and the output added
+// to out (accumulate: out += the step, the residual add).
+struct Q8Fuse {
+  const float* norm = nullptr;
+  float eps = 0.0f;
+  bool accumulate = false;
+};
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                   void* scratch, float* out, bool early, cudaStream_t s);
+                   void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse = {});
 // The same step in one persistent launch after quantize, its weights streamed
 // into shared memory by the bulk copy engine (kernels/cuda/moe_stream.cuh;
 // sm_90+; opt-in, MOETIER_CUDA_MOE=fused). Applies where moe_stream_applies
@@ -208,8 +222,9 @@ bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, co
 // Fused steps (kernels/cuda/fused.cu; Backend's fused ops). add_rmsnorm: x
 // [n, dim] += y, xn = rmsnorm(x). gemv_multi: y[m] [rows[m]] = w[m] x for up to
 // kMax weights of one encoding and width, one row per block (tile0: prefix
-// sums of rows); false (nothing launched) where the vector path does not
-// apply. qk_norm_rope_kv: see Backend::qk_norm_rope_kv (d_pos: graph mode);
+// sums of rows), of rmsnorm(x, norm, eps) when norm is set (each block
+// normalizes x itself); false (nothing launched) where the vector path does
+// not apply. qk_norm_rope_kv: see Backend::qk_norm_rope_kv (d_pos: graph mode);
 // false for head_dim > 512 or odd.
 void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
                  float* xn, cudaStream_t s);
@@ -220,6 +235,8 @@ struct GemvMulti {
   float* y[kMax] = {};
   int64_t tile0[kMax + 1] = {};
   int count = 0;
+  const float* norm = nullptr;  // [cols] RMSNorm weights, or none
+  float eps = 0.0f;
 };
 bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
                 cudaStream_t s);

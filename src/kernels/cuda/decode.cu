@@ -34,21 +34,29 @@ int64_t blocks_of(const GemvMulti& g, int64_t per) {
 
 // R rows row0.. of one matrix [rows, cols] dotted with x by one block, its
 // threads taking the rows' 16-byte chunks in turn (the first chunk's weights
-// loaded before grid_wait); thread r < R returns row r's total.
-template <int ENC, int R>
+// loaded before grid_wait); thread r < R returns row r's total. NORM: the
+// rows are dotted with rmsnorm(x) = nw * x * rstd(x) instead, computed as
+// rstd * (w . (nw * x)) with the sum of squares of x reduced alongside the
+// rows (so each block normalizes x itself: no norm launch before it); nw's
+// first chunk is read before grid_wait too. red: [R + NORM][kMaxThreads / 32].
+template <int ENC, int R, bool NORM = false>
 __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t* sc, int64_t rows,
                                                 int64_t row0, int64_t cols, const float* x,
-                                                const float* lut, float (*red)[kMaxThreads / 32]) {
+                                                const float* lut, float (*red)[kMaxThreads / 32],
+                                                const float* nw = nullptr, float eps = 0.0f) {
   using C = Chunk<ENC>;
+  constexpr int S = R + (NORM ? 1 : 0);  // the rows, then (NORM) x's sum of squares
   const int64_t nch = cols / C::kCols;
-  float acc[R];
+  float acc[S];
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < S; ++r) acc[r] = 0.0f;
   typename C::W q[R];
+  float g[NORM ? C::kCols : 1];
   auto load = [&](int64_t i) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (row0 + r < rows) q[r] = C::load(w, sc, row0 + r, cols, i);
+    if constexpr (NORM) load_x<C::kCols>(nw, i, g);
   };
   const int64_t i0 = threadIdx.x;
   if (i0 < nch) load(i0);  // weights only: in flight while the previous kernel ends
@@ -58,20 +66,32 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
     if (i != i0) load(i);
     float xv[C::kCols];
     load_x<C::kCols>(x, i, xv);
+    if constexpr (NORM) {
+#pragma unroll
+      for (int j = 0; j < C::kCols; ++j) acc[R] += xv[j] * xv[j], xv[j] *= g[j];
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (row0 + r < rows) acc[r] += C::dot(q[r], xv, lut);
   }
-  return block_sum<R>(acc, red);
+  float t = block_sum<S>(acc, red);  // (syncs: every warp's partials are in red)
+  if constexpr (NORM) {
+    if (threadIdx.x < R) {
+      float ss = 0.0f;
+      for (int wi = 0; wi < int(blockDim.x / 32); ++wi) ss += red[R][wi];
+      t *= 1.0f / sqrtf(ss / float(cols) + eps);
+    }
+  }
+  return t;
 }
 
 // Block b owns R rows of one matrix (matrix m's rows take ceil(rows_m / R)
-// consecutive blocks).
-template <int ENC, int R>
+// consecutive blocks); NORM: of rmsnorm(x, g.norm, g.eps).
+template <int ENC, int R, bool NORM>
 __global__ void __launch_bounds__(kMaxThreads)
     gemv_block_kernel(GemvMulti g, int64_t cols, const float* x, int accumulate) {
   __shared__ float lut[16];
-  __shared__ float red[R][kMaxThreads / 32];
+  __shared__ float red[R + (NORM ? 1 : 0)][kMaxThreads / 32];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
   int64_t b = blockIdx.x;
@@ -82,7 +102,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     b -= bm;
   }
   const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = b * R;
-  const float t = block_rows_dot<ENC, R>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red);
+  const float t =
+      block_rows_dot<ENC, R, NORM>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, g.norm, g.eps);
   if (threadIdx.x < R && row0 + threadIdx.x < rows) {
     float* o = g.y[m] + row0 + threadIdx.x;
     *o = accumulate ? *o + t : t;
@@ -92,17 +113,18 @@ __global__ void __launch_bounds__(kMaxThreads)
 // The router of one token: logits [e] = w x (a block per row), then the last
 // block to finish (counted in *done, which it resets to 0) runs the softmax
 // top-k on all e logits (probs may alias nothing but itself: logits go to probs).
-template <int ENC, int V>
+// NORM: the logits of rmsnorm(x, nw, eps).
+template <int ENC, int V, bool NORM>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
-                       int64_t k, int renorm, float* probs, int32_t* ids, float* weights,
-                       unsigned* done) {
+                       const float* nw, float eps, int64_t k, int renorm, float* probs,
+                       int32_t* ids, float* weights, unsigned* done) {
   __shared__ float lut[16];
-  __shared__ float red[1][kMaxThreads / 32];
+  __shared__ float red[NORM ? 2 : 1][kMaxThreads / 32];
   __shared__ bool last;
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
-  const float t = block_rows_dot<ENC, 1>(w, sc, e, blockIdx.x, cols, x, lut, red);
+  const float t = block_rows_dot<ENC, 1, NORM>(w, sc, e, blockIdx.x, cols, x, lut, red, nw, eps);
   if (threadIdx.x == 0) {
     probs[blockIdx.x] = t;
     __threadfence();  // the logit is visible before the count says so
@@ -302,31 +324,38 @@ unsigned threads_for(int64_t chunks) {
   return unsigned(t < 32 ? 32 : t > kMaxThreads ? kMaxThreads : t);
 }
 
+template <int ENC, int R>
+void gemv_block(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
+  const unsigned t = threads_for(cols / Chunk<ENC>::kCols), b = unsigned(blocks_of(g, R));
+  if (g.norm)
+    launch(gemv_block_kernel<ENC, R, true>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
+  else
+    launch(gemv_block_kernel<ENC, R, false>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
+}
+
+// false: nothing launched (a norm asked of the warp-per-rows path).
 template <int ENC>
-void gemv_warps(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
+bool gemv_warps(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
   if (g.tile0[g.count] < g_warp_rows) {
-    const unsigned t = threads_for(cols / Chunk<ENC>::kCols);
     const int r = g_block_rows ? g_block_rows : g.tile0[g.count] >= 2048 ? 2 : 1;
     if (r == 4)
-      launch(gemv_block_kernel<ENC, 4>, unsigned(blocks_of(g, 4)), t, 0, s, g, cols, x,
-             acc ? 1 : 0);
+      gemv_block<ENC, 4>(g, cols, x, acc, s);
     else if (r == 2)
-      launch(gemv_block_kernel<ENC, 2>, unsigned(blocks_of(g, 2)), t, 0, s, g, cols, x,
-             acc ? 1 : 0);
+      gemv_block<ENC, 2>(g, cols, x, acc, s);
     else
-      launch(gemv_block_kernel<ENC, 1>, unsigned(blocks_of(g, 1)), t, 0, s, g, cols, x,
-             acc ? 1 : 0);
-    return;
+      gemv_block<ENC, 1>(g, cols, x, acc, s);
+    return true;
   }
+  if (g.norm) return false;
   switch (unroll_for(cols / Chunk<ENC>::kCols)) {
     case 1:
-      return gemv_warps_u<ENC, 1>(g, cols, x, acc, s);
+      return gemv_warps_u<ENC, 1>(g, cols, x, acc, s), true;
     case 2:
-      return gemv_warps_u<ENC, 2>(g, cols, x, acc, s);
+      return gemv_warps_u<ENC, 2>(g, cols, x, acc, s), true;
     case 4:
-      return gemv_warps_u<ENC, 4>(g, cols, x, acc, s);
+      return gemv_warps_u<ENC, 4>(g, cols, x, acc, s), true;
     default:
-      return gemv_warps_u<ENC, 8>(g, cols, x, acc, s);
+      return gemv_warps_u<ENC, 8>(g, cols, x, acc, s), true;
   }
 }
 
@@ -337,11 +366,11 @@ bool gemv_any(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float*
     return false;
   switch (enc) {
     case WeightEncoding::F32:
-      return gemv_warps<kF32>(g, cols, x, acc, s), true;
+      return gemv_warps<kF32>(g, cols, x, acc, s);
     case WeightEncoding::BF16:
-      return gemv_warps<kBF16>(g, cols, x, acc, s), true;
+      return gemv_warps<kBF16>(g, cols, x, acc, s);
     default:
-      return gemv_warps<kMXFP4>(g, cols, x, acc, s), true;
+      return gemv_warps<kMXFP4>(g, cols, x, acc, s);
   }
 }
 
@@ -386,37 +415,47 @@ void moe_enc(const ExpertPtrs* table, const int32_t* ids, const float* weights, 
   }
 }
 
-template <int ENC>
-void router_enc(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
-                int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
+template <int ENC, bool NORM>
+void router_norm(const MatView& w, const float* x, const RouterFuse& f, int64_t k, bool renorm,
+                 float* probs, int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const unsigned g = unsigned(w.rows), t = threads_for(w.cols / Chunk<ENC>::kCols);
   const int r = renorm ? 1 : 0;
   if (w.rows <= 128)
-    launch(router_topk_kernel<ENC, 4>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, k, r, probs,
-           ids, weights, done);
+    launch(router_topk_kernel<ENC, 4, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, f.norm,
+           f.eps, k, r, probs, ids, weights, done);
   else if (w.rows <= 256)
-    launch(router_topk_kernel<ENC, 8>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, k, r, probs,
-           ids, weights, done);
+    launch(router_topk_kernel<ENC, 8, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, f.norm,
+           f.eps, k, r, probs, ids, weights, done);
   else
-    launch(router_topk_kernel<ENC, 32>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, k, r, probs,
-           ids, weights, done);
+    launch(router_topk_kernel<ENC, 32, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, f.norm,
+           f.eps, k, r, probs, ids, weights, done);
+}
+
+template <int ENC>
+void router_enc(const MatView& w, const float* x, const RouterFuse& f, int64_t k, bool renorm,
+                float* probs, int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
+  if (f.norm)
+    router_norm<ENC, true>(w, x, f, k, renorm, probs, ids, weights, done, s);
+  else
+    router_norm<ENC, false>(w, x, f, k, renorm, probs, ids, weights, done, s);
 }
 
 }  // namespace
 
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
-                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
+                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
+                 const RouterFuse& f) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows < 1 || w.rows > 1024 || k < 1 ||
       k > 32 || k > w.rows || w.cols % enc_cols(w.enc))
     return false;
   switch (w.enc) {
     case WeightEncoding::F32:
-      return router_enc<kF32>(w, x, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kF32>(w, x, f, k, renorm, probs, ids, weights, done, s), true;
     case WeightEncoding::BF16:
-      return router_enc<kBF16>(w, x, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kBF16>(w, x, f, k, renorm, probs, ids, weights, done, s), true;
     default:
-      return router_enc<kMXFP4>(w, x, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kMXFP4>(w, x, f, k, renorm, probs, ids, weights, done, s), true;
   }
 }
 

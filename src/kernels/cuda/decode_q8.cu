@@ -9,20 +9,24 @@
 // added; the routing weight folded into h's block scales).
 //
 // Three kernels, each started with PDL (launch.cuh):
-//  - quantize: x [hidden] -> xq, one lane per block of 32 (no shuffles);
+//  - quantize: x [hidden] -> xq, one lane per block of 32 (no shuffles); with
+//    Q8Fuse::norm it first normalizes x (RMSNorm, every block summing the
+//    squares of all of x), so no norm launch precedes the step;
 //  - gate/up: a block of 8 warps owns 32 rows of h of one selected expert, a
 //    warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
 //    chunk of each per pass; h = silu(gate x) * up x is quantized as one q8
 //    block, its scale times the expert's routing weight;
 //  - down: a warp owns 2 output rows and runs one dot product over the
-//    (expert, chunk) items of the k experts in ascending id order.
+//    (expert, chunk) items of the k experts in ascending id order; with
+//    Q8Fuse::accumulate it adds them to out (the residual add: out is x).
 // A q8 block is 64 bytes: its 32 int8 codes, then their 32 negations, so that
 // one byte permute gives the activations with the weights' signs applied
 // (e2m1 sign-magnitude: the magnitudes come from a second permute), 11
 // instructions per 8 weights.
 //
-// Early reads (the `early` flag, set by CudaBackend::route_moe_resident, which
-// launches router -> quantize -> gate/up -> down back to back): a kernel may
+// Early reads (the `early` flag, set by CudaBackend::route_moe_resident and
+// route_moe_resident_add, which launch router -> quantize -> gate/up -> down
+// back to back): a kernel may
 // read before grid_wait what the kernel two or more launches back wrote (x,
 // the router's ids and weights), through L2 (ld.global.cg). That kernel has
 // completed by then: the one in between called grid_launch_dependents only
@@ -70,20 +74,36 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb].
+// Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb]. nw: x is first replaced by
+// rmsnorm(x, nw, eps) = nw * (x * r), r computed as the norm kernels compute
+// it (a double sum of squares; every block sums all of x).
 __global__ void __launch_bounds__(kQuantThreads)
-    quantize_q8_kernel(const float* x, int64_t nb, Q8x* xq, float* xd, int early) {
+    quantize_q8_kernel(const float* x, int64_t nb, const float* nw, float eps, Q8x* xq, float* xd,
+                       int early) {
+  __shared__ double part[33];
   const int64_t b = int64_t(blockIdx.x) * kQuantThreads + threadIdx.x;
   auto work = [&] {
-    if (b >= nb) return;
     float v[32];
-    const float4* p = reinterpret_cast<const float4*>(x) + 8 * b;
+    if (b < nb) {
+      const float4* p = reinterpret_cast<const float4*>(x) + 8 * b;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float4 a = __ldcg(p + j);
-      v[4 * j] = a.x, v[4 * j + 1] = a.y, v[4 * j + 2] = a.z, v[4 * j + 3] = a.w;
+      for (int j = 0; j < 8; ++j) {
+        const float4 a = __ldcg(p + j);
+        v[4 * j] = a.x, v[4 * j + 1] = a.y, v[4 * j + 2] = a.z, v[4 * j + 3] = a.w;
+      }
     }
-    xd[b] = quantize32(v, xq + b);
+    if (nw) {  // every thread of the block reaches the reduction
+      double ss = 0.0;
+      for (int64_t i = threadIdx.x; i < 8 * nb; i += kQuantThreads) {
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + i);
+        ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
+      }
+      const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(32 * nb)) + eps);
+      if (b < nb)
+#pragma unroll
+        for (int j = 0; j < 32; ++j) v[j] = __ldg(nw + 32 * b + j) * (v[j] * r);
+    }
+    if (b < nb) xd[b] = quantize32(v, xq + b);
   };
   if (early) work();  // x: two launches back (the router is in between)
   grid_wait();
@@ -179,7 +199,7 @@ __global__ void __launch_bounds__(kGateWarps * 32, 3)
 __global__ void __launch_bounds__(kDownWarps * 32)
     moe_down_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                        const Q8x* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
-                       int early) {
+                       int accumulate, int early) {
   constexpr int R = kDownRows, U = kDownItems;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   const int lane = int(threadIdx.x & 31);
@@ -229,7 +249,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
     if (base + 32 * U < items) load(base + 32 * U);
   }
   const float t = warp_rows_sum<R>(acc);
-  if (lane < R && row0 + lane < hidden) out[row0 + lane] = t;
+  if (lane < R && row0 + lane < hidden) out[row0 + lane] = accumulate ? out[row0 + lane] + t : t;
 }
 
 }  // namespace
@@ -248,7 +268,7 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
 
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                   void* scratch, float* out, bool early, cudaStream_t s) {
+                   void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse) {
   if (!moe_q8_applies(enc, vec, k, hidden, inter)) return false;
   const int64_t nb = hidden / 32, nh = int64_t(k) * (inter / 32);
   auto* xq = static_cast<Q8x*>(scratch);  // [nb] q8 blocks of x, then [k, inter / 32] of h
@@ -261,12 +281,13 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   if (!smem_ok) return false;
   const int e = early ? 1 : 0;
   launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
-         s, x, nb, xq, xd, e);
+         s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
   launch(moe_gate_up_q8_kernel, dim3(unsigned(inter / 32), unsigned(k)), kGateWarps * 32, kGateSmem,
          s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e);
   constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
   launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
-         kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, e);
+         kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out,
+         fuse.accumulate ? 1 : 0, e);
   return true;
 }
 

@@ -1,13 +1,13 @@
-// Self-attention of one qwen3_moe decoder layer over a chunk of tokens: from
-// the normalized input, q/k/v projections (+ biases), q_norm/k_norm per head
-// (before RoPE), RoPE, KV-cache write, causal GQA attention, o_proj (+ bias).
-// The residual add is the caller's (fused with the next norm).
+// Self-attention of one qwen3_moe decoder layer over a chunk of tokens, added
+// into the residual stream: input RMSNorm and q/k/v projections (+ biases;
+// one fused op), q_norm/k_norm per head (before RoPE), RoPE, KV-cache write,
+// causal GQA attention, o_proj (+ bias) added to x (one fused op).
 #include <cmath>
 
 #include "runtime/qwen3_moe/model.h"
 
 namespace moetier::qwen3_moe {
-void Qwen3MoeModel::attention(int64_t layer, const float* xn, int64_t n, int64_t start_pos,
+void Qwen3MoeModel::attention(int64_t layer, float* x, float* xn, int64_t n, int64_t start_pos,
                               State& st, float* o) const {
   const Qwen3MoeConfig& c = cfg_;
   const AttentionWeights& a = layers_[size_t(layer)].attn;
@@ -22,7 +22,7 @@ void Qwen3MoeModel::attention(int64_t layer, const float* xn, int64_t n, int64_t
   float* v = ws.get(kV, n * kvd);  // [n, kv_heads, hd]
   const MatView qkv[3] = {a.q, a.k, a.v};
   float* const outs[3] = {q, k, v};
-  be.matmul_multi(qkv, xn, n, outs);
+  be.matmul_multi_rmsnorm(qkv, x, layers_[size_t(layer)].input_norm, eps, n, outs, xn);
   if (a.q_bias) be.add_rows(q, a.q_bias, n, qd);
   if (a.k_bias) be.add_rows(k, a.k_bias, n, kvd);
   if (a.v_bias) be.add_rows(v, a.v_bias, n, kvd);
@@ -38,8 +38,13 @@ void Qwen3MoeModel::attention(int64_t layer, const float* xn, int64_t n, int64_t
                        kv.keys(layer), kv.values(layer));
     be.attention(q, kv.keys(layer), kv.values(layer), n, start_pos, nh, nkv, hd, scale, ctx);
   }
-  be.matmul(a.o, ctx, n, o);
-  if (a.o_bias) be.add_rows(o, a.o_bias, n, h);
+  if (a.o_bias) {
+    be.matmul(a.o, ctx, n, o);
+    be.add_rows(o, a.o_bias, n, h);
+    be.add(x, o, n * h);
+  } else {
+    be.matmul_add(a.o, ctx, n, x, o);
+  }
 }
 
 }  // namespace moetier::qwen3_moe

@@ -36,29 +36,27 @@ std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64
   kv.set_size(start_pos);  // positions past start_pos are being rewritten
 
   float* x = ws.get(kX, n * h);        // [n, hidden] residual stream
-  float* xn = ws.get(kXn, n * h);      // [n, hidden] normalized
-  float* y = ws.get(kY, n * h);        // [n, hidden] block output
-  float* xa = ws.get(kAttnXn, n * h);  // [n, hidden] normalized attention input
+  float* xn = ws.get(kXn, n * h);      // [n, hidden] normalized (scratch where fused)
+  float* y = ws.get(kY, n * h);        // [n, hidden] block output (scratch where fused)
+  float* xa = ws.get(kAttnXn, n * h);  // [n, hidden] normalized attention input (scratch)
   be.embed(embed_, tokens, x);
-  const float eps = float(c.rms_norm_eps);
-  const int64_t L = c.num_hidden_layers;
-  if (L > 0) be.rmsnorm(x, layers_[0].input_norm, n, h, eps, xa);
-  for (int64_t l = 0; l < L; ++l) {
-    attention(l, xa, n, start_pos, *st, y);
-    be.add_rmsnorm(x, y, layers_[size_t(l)].post_attention_norm, n, h, eps, xn);
-    if (layers_[size_t(l)].moe)
-      moe(l, xn, tokens, start_pos, experts, opt, y, ws);
-    else
+  // Each layer adds into x; its norms are taken in by their consumers and the
+  // adds by their producers (Backend's fused ops: one launch each at decode on
+  // CUDA; the defaults compute the separate steps).
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    attention(l, x, xa, n, start_pos, *st, y);  // x += attn(rmsnorm(x))
+    if (layers_[size_t(l)].moe) {               // x += moe(rmsnorm(x))
+      moe(l, x, xn, tokens, start_pos, experts, opt, y, ws);
+    } else {
+      be.rmsnorm(x, layers_[size_t(l)].post_attention_norm, n, h, float(c.rms_norm_eps), xn);
       dense_mlp(l, xn, n, y, ws);
-    if (l + 1 < L)  // the residual add fused with the next layer's input norm
-      be.add_rmsnorm(x, y, layers_[size_t(l + 1)].input_norm, n, h, eps, xa);
-    else
       be.add(x, y, n * h);
+    }
   }
   kv.set_size(start_pos + n);
 
   const int64_t first = opt.all_logits ? 0 : n - 1, rows = n - first;
-  be.rmsnorm(x + first * h, final_norm_, rows, h, eps, xn);
+  be.rmsnorm(x + first * h, final_norm_, rows, h, float(c.rms_norm_eps), xn);
   if (opt.device_logits) {
     be.matmul(lm_head_, xn, rows, opt.device_logits);
     return {};
@@ -86,25 +84,30 @@ void Qwen3MoeModel::dense_mlp(int64_t layer, const float* xn, int64_t n, float* 
   be_->matmul(l.down, g, n, out);
 }
 
-void Qwen3MoeModel::moe(int64_t layer, const float* xn, std::span<const int32_t> tokens,
+// x [n, hidden] += the MoE block of rmsnorm(x); xn and out [n, hidden] scratch.
+void Qwen3MoeModel::moe(int64_t layer, float* x, float* xn, std::span<const int32_t> tokens,
                         int64_t start_pos, ExpertProvider& experts, const ForwardOptions& opt,
                         float* out, Workspace& ws) const {
-  const int64_t n = int64_t(tokens.size());
+  const int64_t n = int64_t(tokens.size()), h = cfg_.hidden_size;
   const Phase phase = n > 1 ? Phase::Prefill : Phase::Decode;
+  const LayerWeights& lw = layers_[size_t(layer)];
+  const float eps = float(cfg_.rms_norm_eps);
   const int table = experts.device_table(layer);
   if (n == 1 && table >= 0 && !(opt.observer && *opt.observer)) {  // resident decode, no host
-    route_moe_resident_device(*be_, layers_[size_t(layer)].router, table, xn,
-                              cfg_.num_experts_per_tok, cfg_.norm_topk_prob, cfg_.hidden_size,
-                              cfg_.moe_intermediate_size, out, ws, experts.device_ids(layer));
+    route_moe_resident_add_device(*be_, lw.router, table, x, cfg_.num_experts_per_tok,
+                                  cfg_.norm_topk_prob, h, cfg_.moe_intermediate_size,
+                                  {lw.post_attention_norm, eps, xn, out}, ws,
+                                  experts.device_ids(layer));
     return;
   }
-  const Routing r = route_softmax_topk(*be_, layers_[size_t(layer)].router, xn, n,
-                                       cfg_.num_experts_per_tok, cfg_.norm_topk_prob, ws);
+  be_->rmsnorm(x, lw.post_attention_norm, n, h, eps, xn);
+  const Routing r =
+      route_softmax_topk(*be_, lw.router, xn, n, cfg_.num_experts_per_tok, cfg_.norm_topk_prob, ws);
   if (opt.observer && *opt.observer) {
     std::vector<float> host;  // the observer reads host memory
     const float* hx = xn;
     if (!be_->is_host()) {
-      host.resize(size_t(n * cfg_.hidden_size));
+      host.resize(size_t(n * h));
       be_->to_host(host.data(), xn, host.size() * sizeof(float));
       hx = host.data();
     }
@@ -113,12 +116,13 @@ void Qwen3MoeModel::moe(int64_t layer, const float* xn, std::span<const int32_t>
   MoeBlock b;
   b.layer = layer;
   b.phase = phase;
-  b.hidden = cfg_.hidden_size;
+  b.hidden = h;
   b.intermediate = cfg_.moe_intermediate_size;
   b.routing = &r;
   b.x = xn;
   b.out = out;
   run_moe_block(*be_, experts, b);
+  be_->add(x, out, n * h);
 }
 
 }  // namespace moetier::qwen3_moe

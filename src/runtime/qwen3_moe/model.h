@@ -72,11 +72,12 @@ class Qwen3MoeModel final : public Model {
  private:
   Qwen3MoeModel() = default;
   void check_chunk(std::span<const int32_t> tokens, int64_t start_pos, const KvCache& kv) const;
-  // o [n, hidden] = self-attention of layer on xn [n, hidden] (normalized).
-  void attention(int64_t layer, const float* xn, int64_t n, int64_t start_pos, State& st,
+  // x [n, hidden] += self-attention of layer on rmsnorm(x); xn and o [n,
+  // hidden] are scratch.
+  void attention(int64_t layer, float* x, float* xn, int64_t n, int64_t start_pos, State& st,
                  float* o) const;
   void dense_mlp(int64_t layer, const float* xn, int64_t n, float* out, Workspace& ws) const;
-  void moe(int64_t layer, const float* xn, std::span<const int32_t> tokens, int64_t start_pos,
+  void moe(int64_t layer, float* x, float* xn, std::span<const int32_t> tokens, int64_t start_pos,
            ExpertProvider& experts, const ForwardOptions& opt, float* out, Workspace& ws) const;
 
   const Checkpoint* ck_ = nullptr;

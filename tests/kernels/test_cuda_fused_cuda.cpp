@@ -1,0 +1,174 @@
+// The decode ops that take in their neighbours (label `cuda`; skips without
+// a GPU), against the CPU backend's defaults, which compute the separate
+// steps: matmul_multi_rmsnorm (the input norm inside the q/k/v GEMV),
+// matmul_add (the residual add inside o_proj) and route_moe_resident_add (the
+// post-attention norm inside the router and the quantize kernel, the
+// residual add inside the down projection). Inputs are written by a kernel
+// right before each call, as in a decode step, so the programmatic-launch
+// ordering is exercised too. Tolerances as in test_cuda_ops_cuda.cpp.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kernels/cuda_fixture.h"
+#include "unit/numeric.h"
+
+using namespace moetier;
+using namespace moetier::testing;
+
+namespace {
+
+// x - base, elementwise (what a residual add added).
+std::vector<float> minus(const std::vector<float>& x, const std::vector<float>& base) {
+  std::vector<float> d(x.size());
+  for (size_t i = 0; i < x.size(); ++i) d[i] = x[i] - base[i];
+  return d;
+}
+
+}  // namespace
+
+TEST(CudaFused, NormGemvMatchesCpu) {
+  REQUIRE_GPU();
+  BackendPair f;
+  std::mt19937 rng(41);
+  struct Case {
+    WeightEncoding enc;
+    int64_t cols;
+    std::vector<int64_t> rows;
+  };
+  for (const Case& c :
+       {Case{WeightEncoding::BF16, 2048, {2050, 9, 600}},  // 2 rows per block
+        Case{WeightEncoding::BF16, 320, {67, 9, 130}}, Case{WeightEncoding::MXFP4, 2880, {300, 33}},
+        Case{WeightEncoding::F32, 36, {5, 70}}})
+    for (int64_t n : {1, 3}) {
+      std::vector<DeviceBuffer> keep;
+      std::vector<std::unique_ptr<HostMatrix>> m;
+      std::vector<MatView> dev;
+      for (int64_t rows : c.rows) {
+        m.push_back(std::make_unique<HostMatrix>(c.enc, rows, c.cols, rng));
+        dev.push_back(f.gpu->weights(m.back()->view, f.store));
+      }
+      const auto x = randn(size_t(n * c.cols), rng, 3.0f), nw = randn(size_t(c.cols), rng);
+      std::vector<float*> outs;
+      for (const auto& mm : m) outs.push_back(f.zeros(size_t(n * mm->view.rows), keep));
+      float* dx = f.zeros(x.size(), keep);
+      float* raw = f.up(x, keep);
+      f.gpu->synchronize();
+      f.gpu->add(dx, raw, int64_t(x.size()));  // x written by the kernel right before
+      f.gpu->matmul_multi_rmsnorm(dev, dx, f.up(nw, keep), 1e-6f, n, outs, f.zeros(x.size(), keep));
+      std::vector<float> xn(x.size());
+      std::vector<std::vector<float>> ref;
+      std::vector<float*> refp;
+      for (const auto& mm : m) ref.emplace_back(size_t(n * mm->view.rows));
+      for (auto& r : ref) refp.push_back(r.data());
+      std::vector<MatView> host;
+      for (const auto& mm : m) host.push_back(mm->view);
+      f.cpu->matmul_multi_rmsnorm(host, x.data(), nw.data(), 1e-6f, n, refp, xn.data());
+      const std::string what = std::to_string(int(c.enc)) + " cols " + std::to_string(c.cols) +
+                               " n " + std::to_string(n);
+      for (size_t i = 0; i < m.size(); ++i)
+        EXPECT_LE(rel_err(f.down(outs[i], ref[i].size()), ref[i]), 1e-5) << what << " m " << i;
+      EXPECT_EQ(f.down(dx, x.size()), x) << what;  // the input is left as it was
+    }
+}
+
+TEST(CudaFused, MatmulAddMatchesCpu) {
+  REQUIRE_GPU();
+  BackendPair f;
+  std::mt19937 rng(43);
+  for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4})
+    for (int64_t n : {1, 3, 80}) {  // one-token GEMV, the f32 chunk path, the bf16 GEMM
+      std::vector<DeviceBuffer> keep;
+      const int64_t rows = 2056, cols = 4096;
+      HostMatrix w(enc, rows, cols, rng);
+      const MatView dw = f.gpu->weights(w.view, f.store);
+      const auto x = randn(size_t(n * cols), rng), y0 = randn(size_t(n * rows), rng, 4.0f);
+      std::vector<float> y = y0, tmp(y0.size());
+      f.cpu->matmul_add(w.view, x.data(), n, y.data(), tmp.data());
+      float* dy = f.up(y0, keep);
+      float* dx = f.zeros(x.size(), keep);
+      float* raw = f.up(x, keep);
+      f.gpu->synchronize();
+      f.gpu->add(dx, raw, int64_t(x.size()));
+      f.gpu->matmul_add(dw, dx, n, dy, f.zeros(y0.size(), keep));
+      const auto got = f.down(dy, y.size());
+      const double tol = n > 64 ? 1.5e-2 : 1e-5;  // the GEMM rounds to bf16
+      const std::string what = std::to_string(int(enc)) + " n " + std::to_string(n);
+      EXPECT_LE(rel_err(got, y), tol) << what;
+      EXPECT_LE(rel_err(minus(got, y0), minus(y, y0)), tol) << what;
+    }
+}
+
+// x += the MoE block of rmsnorm(x): ids equal the CPU router's on rmsnorm(x),
+// x within 1e-5 of the CPU's (its added part within 1e-4), two calls back to
+// back with x written by a kernel right before each; both activation modes
+// (q8: the fused kernels; f32: the default composition of CUDA ops), and with
+// the fused kernels on (MOETIER_CUDA_FUSE=1) and off (0: the default composition).
+TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t experts, k, H, I;
+  };
+  for (const char* fuse : {"1", "0"})
+    for (const char* mode : {"q8", "f32"}) {
+      ScopedEnv env("MOETIER_CUDA_FUSE", fuse);
+      ActMode act(mode);
+      BackendPair f;
+      std::mt19937 rng(47);
+      for (const Case& c : {Case{16, 8, 2048, 768}, Case{5, 3, 96, 64}, Case{10, 6, 4096, 2048},
+                            Case{40, 32, 160, 96}, Case{8, 4, 2880, 1024}}) {
+        const ExpertSet ex(f, WeightEncoding::MXFP4, c.experts, c.H, c.I, rng);
+        HostMatrix router(WeightEncoding::BF16, c.experts, c.H, rng);
+        const MatView dr = f.gpu->weights(router.view, f.store);
+        const int table = f.gpu->register_experts(ex.dev);
+        const auto nw = randn(size_t(c.H), rng);
+        std::vector<DeviceBuffer> keep;
+        float* dnw = f.up(nw, keep);
+        struct Call {
+          std::vector<float> x, ref;
+          std::vector<int32_t> ids;
+          float *dp, *dw, *dx, *raw;
+          int32_t* dids;
+        };
+        Call calls[2];
+        for (Call& k : calls) {  // the CPU: norm, router, experts, add
+          k.x = randn(size_t(c.H), rng, 2.0f);
+          std::vector<float> xn(k.x.size()), p(size_t(c.experts)), w(size_t(c.k));
+          f.cpu->rmsnorm(k.x.data(), nw.data(), 1, c.H, 1e-6f, xn.data());
+          k.ids.resize(size_t(c.k));
+          f.cpu->route_topk(router.view, xn.data(), 1, c.k, true, p.data(), k.ids.data(), w.data());
+          const auto moe = ex.cpu_out(f, k.ids, w, xn, c.H, c.I);
+          k.ref = k.x;
+          for (size_t i = 0; i < moe.size(); ++i) k.ref[i] += moe[i];
+          k.dp = f.zeros(size_t(c.experts), keep);
+          k.dw = f.zeros(size_t(c.k), keep);
+          keep.push_back(f.gpu->alloc(size_t(c.k) * 4));
+          k.dids = keep.back().as<int32_t>();
+          k.dx = f.zeros(size_t(c.H), keep);
+          k.raw = f.up(k.x, keep);
+        }
+        Backend::NormAdd na{dnw, 1e-6f, f.zeros(size_t(c.H), keep), f.zeros(size_t(c.H), keep)};
+        f.gpu->synchronize();
+        for (Call& k : calls) {  // back to back on the backend's stream
+          f.gpu->add(k.dx, k.raw, c.H);
+          f.gpu->route_moe_resident_add(dr, table, k.dx, c.k, true, k.dp, k.dids, k.dw, c.H, c.I,
+                                        na);
+        }
+        for (int i = 0; i < 2; ++i) {
+          const Call& k = calls[i];
+          std::vector<int32_t> gids(k.ids.size());
+          f.gpu->to_host(gids.data(), k.dids, gids.size() * 4);
+          const auto got = f.down(k.dx, size_t(c.H));
+          const std::string what = std::string("fuse ") + fuse + " " + mode + " " +
+                                   std::to_string(c.H) + " x " + std::to_string(c.I) + " call " +
+                                   std::to_string(i);
+          EXPECT_EQ(gids, k.ids) << what;
+          EXPECT_LE(rel_err(got, k.ref), 1e-5) << what;
+          EXPECT_LE(rel_err(minus(got, k.x), minus(k.ref, k.x)), 1e-4) << what;
+        }
+      }
+    }
+}
