@@ -247,14 +247,14 @@ step_timing() {  # per-op GPU time (MOETIER_CUDA_TIMING, no graphs) on an 8-laye
   echo "--- prefill 256, 8 layers"; sort -rn /tmp/t-prefill.txt | head -20
 }
 step_skip() {  # decode A/B on an 8-layer model: $ARMS, each none, skip:OPS (MOETIER_CUDA_SKIP=OPS:
-  # what those ops cost inside the graph) or env:VAR=VALUE; two rounds, interleaved
+  # what those ops cost inside the graph) or env:VAR=VALUE[,VAR=VALUE...]; two rounds, interleaved
   local q=/tmp/q30-8
   [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
     --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
   for r in 1 2; do
     for arm in ${ARMS:-none skip:norm skip:qkv skip:attn skip:o skip:router skip:experts}; do
       local e=(env)
-      case $arm in skip:*) e+=(MOETIER_CUDA_SKIP=${arm#skip:}) ;; env:*) e+=("${arm#env:}") ;; esac
+      case $arm in skip:*) e+=(MOETIER_CUDA_SKIP=${arm#skip:}) ;; env:*) local v=${arm#env:}; e+=(${v//,/ }) ;; esac
       echo "$arm: $("${e[@]}" $M bench $q --backend cuda --prompt-tokens 256 --gen 256 --runs 2 \
         --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
     done

@@ -103,9 +103,15 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   if (const char* br = std::getenv("MOETIER_CUDA_GEMV_BLOCK_ROWS")) {  // A/B of the block GEMV
     const std::string v = br;
-    check(v == "1" || v == "2" || v == "4", "MOETIER_CUDA_GEMV_BLOCK_ROWS={}: expected 1, 2 or 4",
-          v);
+    check(v == "1" || v == "2" || v == "4" || v == "8",
+          "MOETIER_CUDA_GEMV_BLOCK_ROWS={}: expected 1, 2, 4 or 8", v);
     cuda::set_gemv_block_rows(std::stoi(v));
+  }
+  if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
+    const std::string v = qr;
+    check(v == "1" || v == "2" || v == "4" || v == "8",
+          "MOETIER_CUDA_QKV_ROWS={}: expected 1, 2, 4 or 8", v);
+    qkv_rows_ = std::stoi(v);
   }
   skip_ = parse_skip(std::getenv("MOETIER_CUDA_SKIP"));
   unified_addressing_ = p.unifiedAddressing != 0;
@@ -394,7 +400,7 @@ namespace {
 // The one-launch GEMV of the weights of one input (q/k/v), of rmsnorm(x, norm)
 // when norm is set; false (nothing launched) where it does not apply.
 bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float* const> ys,
-                    const float* norm, float eps, cudaStream_t s) {
+                    const float* norm, float eps, int rows_per_block, cudaStream_t s) {
   if (ws.empty() || ws.size() > size_t(cuda::GemvMulti::kMax)) return false;
   cuda::GemvMulti g;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -409,6 +415,7 @@ bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float
   g.count = int(ws.size());
   g.norm = norm;
   g.eps = eps;
+  g.rows_per_block = rows_per_block;
   return cuda::gemv_multi(g, ws[0].enc, ws[0].cols, x, s);
 }
 }  // namespace
@@ -417,7 +424,7 @@ bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float
 void CudaBackend::matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
                                std::span<float* const> ys) {
   if (skipped(kSkipQkv, n)) return;
-  if (n == 1 && !legacy_decode_ && gemv_multi_one(ws, x, ys, nullptr, 0.0f, stream_))
+  if (n == 1 && !legacy_decode_ && gemv_multi_one(ws, x, ys, nullptr, 0.0f, qkv_rows_, stream_))
     return after("gemv_multi");
   Backend::matmul_multi(ws, x, n, ys);
 }
@@ -427,7 +434,8 @@ void CudaBackend::matmul_multi_rmsnorm(std::span<const MatView> ws, const float*
                                        const float* norm, float eps, int64_t n,
                                        std::span<float* const> ys, float* xn) {
   if (skipped(kSkipQkv, n)) return;
-  if (n == 1 && !legacy_decode_ && fuse_ && gemv_multi_one(ws, x, ys, norm, eps, stream_))
+  if (n == 1 && !legacy_decode_ && fuse_ &&
+      gemv_multi_one(ws, x, ys, norm, eps, qkv_rows_, stream_))
     return after("gemv_multi_rmsnorm");
   Backend::matmul_multi_rmsnorm(ws, x, norm, eps, n, ys, xn);
 }

@@ -174,6 +174,7 @@ class CudaBackend final : public Backend {
   bool f32_prefill_ = false;
   bool legacy_decode_ = false;  // MOETIER_CUDA_DECODE=legacy
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
+  int qkv_rows_ = 0;            // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool moe_fused_ = false;      // MOETIER_CUDA_MOE=fused | q8 (default): the q8 MoE kernels
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their

@@ -174,7 +174,8 @@ bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStre
 // The row count from which gemv1 / gemv_multi take a warp per rows instead of
 // a block (default 32768; for benchmarks).
 void set_gemv_warp_rows(int64_t rows);
-// Rows per block of the block GEMV: 1, 2 or 4 (0: 2 from 2048 rows in all, else 1).
+// Rows per block of the block GEMV: 1, 2, 4 or 8 (0: 4 from 4096 rows in all, 2
+// from 2048, else 1).
 void set_gemv_block_rows(int rows);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
@@ -237,6 +238,7 @@ struct GemvMulti {
   int count = 0;
   const float* norm = nullptr;  // [cols] RMSNorm weights, or none
   float eps = 0.0f;
+  int rows_per_block = 0;  // of the block GEMV: 1, 2, 4 or 8 (0: set_gemv_block_rows' rule)
 };
 bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
                 cudaStream_t s);

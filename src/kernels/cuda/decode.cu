@@ -337,8 +337,18 @@ void gemv_block(const GemvMulti& g, int64_t cols, const float* x, bool acc, cuda
 template <int ENC>
 bool gemv_warps(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
   if (g.tile0[g.count] < g_warp_rows) {
-    const int r = g_block_rows ? g_block_rows : g.tile0[g.count] >= 2048 ? 2 : 1;
-    if (r == 4)
+    // Rows per block: 4 from 4096 rows in all (q/k/v of Qwen3-30B-A3B: 1280
+    // blocks, against 2560 at 2: 4% faster decode, docs/cuda.md), 2 from 2048
+    // (o_proj: 1024 blocks; 1 or 4 are not faster), else 1.
+    const int64_t rows = g.tile0[g.count];
+    const int r = g.rows_per_block ? g.rows_per_block
+                  : g_block_rows   ? g_block_rows
+                  : rows >= 4096   ? 4
+                  : rows >= 2048   ? 2
+                                   : 1;
+    if (r == 8)
+      gemv_block<ENC, 8>(g, cols, x, acc, s);
+    else if (r == 4)
       gemv_block<ENC, 4>(g, cols, x, acc, s);
     else if (r == 2)
       gemv_block<ENC, 2>(g, cols, x, acc, s);
