@@ -18,6 +18,7 @@
 #   bins test q30 moeab30 moeabds4                   the fused MoE kernel against the q8 kernels
 #   bins skip                                        each decode op's cost in the graph (ARMS=...)
 #   bins llama_build q30 bench30 fuse30 ds4 llama30  the side by side with carried binaries
+#   bins llama_build_cpu q30 cpu30                   the CPU engine beside llama.cpp's CPU build (issue 12)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -107,12 +108,20 @@ PY
 Q30=${Q30:-/tmp/q30}
 M=./$B/src/tools/moetier
 LB=/tmp/llama-build
+LBC=/tmp/llama-build-cpu  # step_llama_build_cpu
 step_llama_build() {  # in the background: llama.cpp's CUDA build (llama-bench only)
   rm -rf /tmp/llama.cpp && tar -xJf .carry/llama-src.tar.xz -C /tmp
   cp scripts/peers/moetier_to_gguf.py /tmp/llama.cpp/  # the repository's copy is newer
   (t0=$SECONDS; NICE=5 JOBS=${LLAMA_JOBS:-12} bash /tmp/llama.cpp/llama.cpp.sh build-cuda \
      --src /tmp/llama.cpp --build $LB --target llama-bench >"$OUT/llama-build.log" 2>&1
    echo "llama.cpp build rc $? in $((SECONDS - t0)) s" >>"$OUT/llama-build.log") &
+}
+step_llama_build_cpu() {  # in the background: llama.cpp's CPU-only build (llama-bench; cpu30 uses it)
+  [ -f /tmp/llama.cpp/llama.cpp.sh ] || tar -xJf .carry/llama-src.tar.xz -C /tmp
+  cp scripts/peers/moetier_to_gguf.py /tmp/llama.cpp/
+  (t0=$SECONDS; NICE=5 JOBS=${LLAMA_JOBS:-16} bash /tmp/llama.cpp/llama.cpp.sh build-cpu \
+     --src /tmp/llama.cpp --build $LBC --target llama-bench >"$OUT/llama-build-cpu.log" 2>&1
+   echo "llama.cpp cpu build rc $? in $((SECONDS - t0)) s" >>"$OUT/llama-build-cpu.log") &
 }
 step_q30() {
   local t0=$SECONDS
@@ -182,16 +191,20 @@ step_ds4() {  # DeepSeek-V4-Flash-shaped experts (hidden 4096, 256 x 2048, top-6
 step_cpu30() {  # the CPU engine at real size beside llama.cpp's CPU path (16 threads, GPU hidden)
   BACKEND=cpu JSON=$OUT/cpu30.json ARM_TIMEOUT=150 bench_arm "moetier cpu all resident, 16 threads" \
     --prompt-tokens 64 --gen 32 --runs 2 --threads 16
-  [ -x $LB/bin/llama-bench ] && [ -f /tmp/q30.gguf ] || return 0
-  CUDA_VISIBLE_DEVICES= timeout 150 $LB/bin/llama-bench -m /tmp/q30.gguf -p 64 -n 32 -ngl 0 -t 16 -r 2 \
+  BACKEND=cpu JSON=$OUT/cpu30.json ARM_TIMEOUT=150 bench_arm \
+    "moetier cpu arena 28% + host tier, 16 threads" --prompt-tokens 64 --gen 32 --runs 2 --threads 16 \
+    --arena 28% --host-cache 17GiB
+  wait $CONVERT_PID 2>/dev/null
+  local lb=$LB t0=$SECONDS  # the CPU-only build when step_llama_build_cpu ran, else the CUDA one
+  if [ -f "$OUT/llama-build-cpu.log" ]; then
+    lb=$LBC
+    while ! grep -q "build rc" "$OUT/llama-build-cpu.log" && [ $((SECONDS - t0)) -lt ${LLAMA_WAIT:-240} ]; do
+      sleep 5
+    done
+  fi
+  [ -x $lb/bin/llama-bench ] && [ -f /tmp/q30.gguf ] || return 0
+  CUDA_VISIBLE_DEVICES= timeout 150 $lb/bin/llama-bench -m /tmp/q30.gguf -p 64 -n 32 -ngl 0 -t 16 -r 2 \
     -o json >"$OUT/llama-cpu.json" 2>"$OUT/llama-cpu.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-cpu.json"
-}
-step_moeab30() {  # all-resident decode: the fused MoE kernel (default) and the q8 kernels, interleaved
-  for r in $(seq ${AB_ROUNDS:-2}); do
-    bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
-    MOETIER_CUDA_MOE=q8 bench_arm "moetier cuda all resident, q8 MoE kernels" --prompt-tokens 256 \
-      --gen 128 --runs 2
-  done
 }
 step_fuse30() {  # all-resident decode: norms and adds fused (default) and as separate ops, interleaved
   for r in $(seq ${AB_ROUNDS:-2}); do
