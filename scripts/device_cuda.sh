@@ -265,7 +265,7 @@ step_skip() {  # decode A/B on an 8-layer model: $ARMS, each none, skip:OPS (MOE
   [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
     --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
   for r in 1 2; do
-    for arm in ${ARMS:-none skip:norm skip:qkv skip:attn skip:o skip:router skip:experts}; do
+    for arm in ${ARMS:-none skip:qkv skip:attn skip:o skip:router skip:experts}; do
       local e=(env)
       case $arm in skip:*) e+=(MOETIER_CUDA_SKIP=${arm#skip:}) ;; env:*) local v=${arm#env:}; e+=(${v//,/ }) ;; esac
       echo "$arm: $("${e[@]}" $M bench $q --backend cuda --prompt-tokens 256 --gen 256 --runs 2 \

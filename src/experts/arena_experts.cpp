@@ -58,6 +58,7 @@ ArenaExperts::ArenaExperts(ExpertIndex index, const ArenaConfig& cfg, ExpertStat
       async_copies_(cfg.async_host_copies),
       stats_(stats ? stats : &own_stats_) {
   prefetch_limit_ = cfg.prefetch_limit ? cfg.prefetch_limit : size_t(max_batch());
+  cfg_next_layer_hints_ = cfg.next_layer_hints;
   const auto t0 = std::chrono::steady_clock::now();
   allocate_memory(cfg);
   if (cfg.prefault) prefault_all(cfg.huge_pages);

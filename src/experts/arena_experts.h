@@ -123,6 +123,9 @@ struct ArenaConfig {
   // The mapped host tier (see "Mapped host tier" above): the router's top-k
   // (0: off; MOETIER_MAPPED_HOST=0 turns it off too).
   int64_t top_k = 0;
+  // --prefetch next-layer: ask the runtime for the next layer's predicted
+  // experts at decode (ExpertProvider::wants_next_layer_hints).
+  bool next_layer_hints = false;
   // One-line notes the CLI may print (an O_DIRECT fallback); null: none.
   std::function<void(const std::string&)> note;
 };
@@ -139,6 +142,7 @@ class ArenaExperts final : public ExpertProvider {
   void release(Ticket t) override;
   bool can_overlap(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
   Ticket submit_overlapped(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
+  bool wants_next_layer_hints() const override { return cfg_next_layer_hints_; }
   void prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) override;
   void note_routing(int64_t layer, std::span<const int32_t> topk, int64_t k) override;
 
@@ -236,6 +240,7 @@ class ArenaExperts final : public ExpertProvider {
   bool validate_ = true;
   bool async_copies_ = true;
   size_t prefetch_limit_ = 0, prefetch_held_ = 0;
+  bool cfg_next_layer_hints_ = false;
   ExpertStats own_stats_;
   ExpertStats* stats_ = nullptr;
   std::string reader_name_;

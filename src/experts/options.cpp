@@ -131,6 +131,9 @@ std::unique_ptr<ArenaExperts> make_expert_provider(const Checkpoint& ck, const M
   ArenaConfig ac = resolve_arena_config(ix, cfg, opt, &line);
   ac.backend = backend;
   ac.top_k = cfg.experts_per_token;
+  check(opt.prefetch == "none" || opt.prefetch == "next-layer",
+        "--prefetch {}: expected none or next-layer", opt.prefetch);
+  ac.next_layer_hints = opt.prefetch == "next-layer";
   auto p = std::make_unique<ArenaExperts>(std::move(ix), ac, stats);
   if (summary) {
     const ArenaExperts::Setup& su = p->setup();

@@ -29,19 +29,20 @@ class Checkpoint;
 struct ModelSpec;
 
 struct ExpertOptions {
-  std::string arena;           // --arena BYTES or N% ("" = not given)
-  int64_t arena_experts = -1;  // --arena-experts N (-1 = not given)
-  int64_t transient = -1;      // --transient M (-1 = default)
-  std::string host_cache;      // --host-cache BYTES ("" = no host tier)
-  std::string policy = "lru";  // --policy lru|lfu|pinned
-  std::string ranking;         // --ranking FILE (with --policy pinned)
-  std::string io = "auto";     // --io auto|uring|pool
-  int io_depth = 16;           // --io-depth N
-  bool buffered = false;       // --no-direct: page-cache reads instead of O_DIRECT
-  bool mapped = false;         // --mapped: all experts resident through the mmap (no arena)
-  bool stats = false;          // --stats: print ExpertStats to stderr at the end
-  std::string stats_json;      // --stats-json FILE
-  bool quiet = false;          // do not print the chosen sizes
+  std::string arena;              // --arena BYTES or N% ("" = not given)
+  int64_t arena_experts = -1;     // --arena-experts N (-1 = not given)
+  int64_t transient = -1;         // --transient M (-1 = default)
+  std::string host_cache;         // --host-cache BYTES ("" = no host tier)
+  std::string policy = "lru";     // --policy lru|lfu|pinned
+  std::string ranking;            // --ranking FILE (with --policy pinned)
+  std::string io = "auto";        // --io auto|uring|pool
+  int io_depth = 16;              // --io-depth N
+  bool buffered = false;          // --no-direct: page-cache reads instead of O_DIRECT
+  bool mapped = false;            // --mapped: all experts resident through the mmap (no arena)
+  std::string prefetch = "none";  // --prefetch none|next-layer
+  bool stats = false;             // --stats: print ExpertStats to stderr at the end
+  std::string stats_json;         // --stats-json FILE
+  bool quiet = false;             // do not print the chosen sizes
   // One-line notes while running (an O_DIRECT fallback); the CLI prints them.
   std::function<void(const std::string&)> note;
 };

@@ -31,7 +31,8 @@
 //   6. prefetch(layer, ids, phase) is a hint that those experts will be needed
 //      soon: it starts loads where the arena has room without disturbing open
 //      tickets and returns at once. It never changes the output; it is counted
-//      (ExpertStats::prefetch).
+//      (ExpertStats::prefetch). With wants_next_layer_hints(), the runtime
+//      gives such hints for layer L + 1 after layer L's first submit.
 //   7. acquire(layer, ids, phase, views) is submit + wait for callers that do
 //      not overlap: its views stay valid until the next acquire(), which
 //      releases the previous acquire's ticket first.
@@ -79,6 +80,10 @@ class ExpertProvider {
   // A hint; returns at once; never throws for I/O (a failed prefetch read is
   // counted, and the expert stays absent).
   virtual void prefetch(int64_t layer, std::span<const int32_t> ids, Phase phase) {}
+  // Whether the runtime should predict the next MoE layer's experts while a
+  // decode step's layer runs and pass them to prefetch() (--prefetch
+  // next-layer: layer L + 1's router applied to layer L's hidden state).
+  virtual bool wants_next_layer_hints() const { return false; }
   // Optional, for accounting only (ExpertStats' all-k-hit share): after the
   // batches that served a chunk of tokens for `layer`, the runtime may report
   // their routing, topk [n_tokens, k] expert ids (n_tokens = topk.size() / k).

@@ -63,6 +63,7 @@ void run_moe_block(Backend& be, ExpertProvider& experts, const MoeBlock& b) {
   std::vector<ExpertView> views;
   TicketGuard cur, next;  // batch i (being computed) and batch i + 1 (being read)
   if (!g.ids.empty()) cur.reset(&experts, experts.submit(b.layer, ids_of(0), b.phase));
+  if (b.after_first_submit) b.after_first_submit();
   for (size_t b0 = 0; b0 < g.ids.size(); b0 += size_t(batch)) {
     const std::span<const int32_t> ids = ids_of(b0);
     const size_t n0 = b0 + ids.size();  // first expert of the next batch

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "backend/backend.h"
 #include "experts/provider.h"
@@ -28,6 +29,9 @@ struct MoeBlock {
   const Routing* routing = nullptr;  // host
   const float* x = nullptr;          // [n, hidden] device: the experts' input
   float* out = nullptr;              // [n, hidden] device: overwritten
+  // Called once after the first batch is submitted (its experts are then
+  // pinned): the forward's hints for the next layer (ExpertProvider::prefetch).
+  std::function<void()> after_first_submit;
 };
 
 void run_moe_block(Backend& be, ExpertProvider& experts, const MoeBlock& b);

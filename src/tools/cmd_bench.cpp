@@ -73,6 +73,7 @@ std::string engine_flags(const BenchArgs& a) {
   if (!e.arena.empty()) f += " --arena " + e.arena;
   if (e.arena_experts >= 0) f += fmt::format(" --arena-experts {}", e.arena_experts);
   if (!e.host_cache.empty()) f += " --host-cache " + e.host_cache;
+  if (e.prefetch != "none") f += " --prefetch " + e.prefetch;
   if (e.transient >= 0) f += fmt::format(" --transient {}", e.transient);
   if (e.mapped) f += " --mapped";
   if (e.policy != "lru") f += " --policy " + e.policy;

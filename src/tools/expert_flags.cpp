@@ -37,6 +37,11 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
   cmd.add_flag("--mapped", o.mapped,
                "All experts resident through the checkpoint's mmap (no arena, no counters)")
       ->group(g);
+  cmd.add_option("--prefetch", o.prefetch,
+                 "Expert prefetch at decode: none (default), next-layer (layer L+1's router on "
+                 "layer L's hidden state; counted in --stats)")
+      ->check(CLI::IsMember({"none", "next-layer"}))
+      ->group(g);
   cmd.add_flag("--stats", o.stats, "Print the expert memory counters at the end")->group(g);
   cmd.add_option("--stats-json", o.stats_json, "Write the expert memory counters as JSON")
       ->group(g);

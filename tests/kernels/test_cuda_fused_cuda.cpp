@@ -81,35 +81,36 @@ TEST(CudaFused, NormGemvMatchesCpu) {
 TEST(CudaFused, NormGemvAtEveryRowsPerBlockMatchesCpu) {
   REQUIRE_GPU();
   std::mt19937 rng(53);
-  for (const char* r : {"1", "2", "4", "8"}) {
-    ScopedEnv env("MOETIER_CUDA_QKV_ROWS", r);
-    BackendPair f;
-    std::vector<DeviceBuffer> keep;
-    const int64_t cols = 1024;
-    std::vector<std::unique_ptr<HostMatrix>> m;
-    std::vector<MatView> dev, host;
-    for (int64_t rows : {1001, 131, 7}) {
-      m.push_back(std::make_unique<HostMatrix>(WeightEncoding::BF16, rows, cols, rng));
-      dev.push_back(f.gpu->weights(m.back()->view, f.store));
-      host.push_back(m.back()->view);
+  for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4})
+    for (const char* r : {"1", "2", "4", "8"}) {
+      ScopedEnv env("MOETIER_CUDA_QKV_ROWS", r);
+      BackendPair f;
+      std::vector<DeviceBuffer> keep;
+      const int64_t cols = 1024;
+      std::vector<std::unique_ptr<HostMatrix>> m;
+      std::vector<MatView> dev, host;
+      for (int64_t rows : {1001, 131, 7}) {
+        m.push_back(std::make_unique<HostMatrix>(enc, rows, cols, rng));
+        dev.push_back(f.gpu->weights(m.back()->view, f.store));
+        host.push_back(m.back()->view);
+      }
+      const auto x = randn(size_t(cols), rng, 2.0f), nw = randn(size_t(cols), rng);
+      std::vector<float*> outs;
+      std::vector<std::vector<float>> ref;
+      std::vector<float*> refp;
+      for (const auto& mm : m) {
+        outs.push_back(f.zeros(size_t(mm->view.rows), keep));
+        ref.emplace_back(size_t(mm->view.rows));
+      }
+      for (auto& v : ref) refp.push_back(v.data());
+      std::vector<float> xn(x.size());
+      f.cpu->matmul_multi_rmsnorm(host, x.data(), nw.data(), 1e-6f, 1, refp, xn.data());
+      f.gpu->matmul_multi_rmsnorm(dev, f.up(x, keep), f.up(nw, keep), 1e-6f, 1, outs,
+                                  f.zeros(x.size(), keep));
+      for (size_t i = 0; i < m.size(); ++i)
+        EXPECT_LE(rel_err(f.down(outs[i], ref[i].size()), ref[i]), 1e-5)
+            << int(enc) << " rows per block " << r << " m " << i;
     }
-    const auto x = randn(size_t(cols), rng, 2.0f), nw = randn(size_t(cols), rng);
-    std::vector<float*> outs;
-    std::vector<std::vector<float>> ref;
-    std::vector<float*> refp;
-    for (const auto& mm : m) {
-      outs.push_back(f.zeros(size_t(mm->view.rows), keep));
-      ref.emplace_back(size_t(mm->view.rows));
-    }
-    for (auto& v : ref) refp.push_back(v.data());
-    std::vector<float> xn(x.size());
-    f.cpu->matmul_multi_rmsnorm(host, x.data(), nw.data(), 1e-6f, 1, refp, xn.data());
-    f.gpu->matmul_multi_rmsnorm(dev, f.up(x, keep), f.up(nw, keep), 1e-6f, 1, outs,
-                                f.zeros(x.size(), keep));
-    for (size_t i = 0; i < m.size(); ++i)
-      EXPECT_LE(rel_err(f.down(outs[i], ref[i].size()), ref[i]), 1e-5)
-          << "rows per block " << r << " m " << i;
-  }
 }
 
 TEST(CudaFused, MatmulAddMatchesCpu) {

@@ -110,12 +110,33 @@ TEST(CudaModel, FusedDecodeOpsChangeNoToken) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
   const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
   const Tokenizer tok = Tokenizer::load(dir);
+  // Greedy tokens and the logits of every decode step.
+  auto steps = [&](Engine& e, const std::vector<int32_t>& prompt, int64_t n,
+                   std::vector<std::vector<float>>& logits) {
+    auto s = e.new_session(int64_t(prompt.size()) + n);
+    const std::vector<float>* l = &s->prefill(prompt);
+    std::vector<int32_t> out;
+    for (int64_t i = 0; i < n; ++i) {
+      out.push_back(argmax(*l));
+      if (i + 1 < n) l = &s->decode(out.back()), logits.push_back(*l);
+    }
+    return out;
+  };
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
     auto fused = engine(dir, "cuda");
     ScopedEnv off("MOETIER_CUDA_FUSE", "0");
     auto separate = engine(dir, "cuda");
-    expect_same_greedy(*separate, *fused, tok, 24, std::string(" ") + mode);
+    const double tol = mode[0] == 'q' ? 1e-3 : 1e-4;  // q8: a code may round the other way
+    for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                          "It is a truth universally acknowledged, that a single man"}) {
+      const auto ids = tok.encode(p);
+      std::vector<std::vector<float>> la, lb;
+      EXPECT_EQ(steps(*fused, ids, 24, la), steps(*separate, ids, 24, lb)) << mode << " " << p;
+      ASSERT_EQ(la.size(), lb.size());
+      for (size_t i = 0; i < la.size(); ++i)
+        EXPECT_LE(max_rel_diff(la[i], lb[i]), tol) << mode << " step " << i << " " << p;
+    }
   }
 }
 

@@ -81,7 +81,8 @@ TEST(ExpertCli, OtherSizingFlags) {
   Result ref = run_cli(base + " --mapped");
   for (const char* flags :
        {"--arena 25%", "--arena 100KiB --transient 0 --policy lfu",
-        "--arena-experts 5 --host-cache 64KiB --io pool", "--arena 10% --no-direct"}) {
+        "--arena-experts 5 --host-cache 64KiB --io pool", "--arena 10% --no-direct",
+        "--arena-experts 12 --prefetch next-layer"}) {
     Result r = run_cli(base + " " + flags);
     EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
     EXPECT_EQ(r.out, ref.out) << flags;
@@ -91,6 +92,9 @@ TEST(ExpertCli, OtherSizingFlags) {
   EXPECT_NE(bad.err.find("--arena: 12 holds no expert"), std::string::npos) << bad.err;
   Result both = run_cli(base + " --arena 1GiB --arena-experts 4");
   EXPECT_EQ(both.rc, 1);
+  Result pf = run_cli(base + " --arena 25% --prefetch sometimes");
+  EXPECT_NE(pf.rc, 0);
+  EXPECT_NE(pf.err.find("--prefetch"), std::string::npos) << pf.err;
   Result pinned = run_cli(base + " --arena-experts 8 --policy pinned");
   EXPECT_EQ(pinned.rc, 1);
   EXPECT_NE(pinned.err.find("--ranking"), std::string::npos) << pinned.err;

@@ -36,8 +36,7 @@ struct Trace {
 int32_t argmax(const float* x, int64_t n) { return int32_t(std::max_element(x, x + n) - x); }
 
 // Prefill `prompt` in one chunk (all logits), then greedy-decode `steps` tokens.
-Trace greedy(const Model& m, ExpertProvider& ex, const std::vector<int32_t>& prompt,
-             int steps) {
+Trace greedy(const Model& m, ExpertProvider& ex, const std::vector<int32_t>& prompt, int steps) {
   const int64_t V = m.spec().vocab_size;
   auto kv = m.new_state(int64_t(prompt.size()) + steps + 1);
   ForwardOptions all;
@@ -80,7 +79,7 @@ TEST(ExpertIdentical, TenPercentArenaEqualsAllResident) {
     fs::path dir = fs::path(MOETIER_SOURCE_DIR) / name;
     auto ck = Checkpoint::open(dir);
     const std::unique_ptr<Model> model_owned = load_model(*ck);
-  const Model& model = *model_owned;
+    const Model& model = *model_owned;
     const ModelSpec& cfg = model.spec();
     const auto prompt = random_prompt(cfg.vocab_size, 13, seed++);
     const int steps = 12;
@@ -94,17 +93,22 @@ TEST(ExpertIdentical, TenPercentArenaEqualsAllResident) {
       int64_t transient;
       const char* host;
       const char* policy;
+      const char* prefetch = "none";
     };
-    for (const Variant& v : {Variant{"10%", -1, "", "lru"}, Variant{"10%", 0, "", "lru"},
-                             Variant{"10%", 1, "", "lfu"}, Variant{"10%", 3, "64KiB", "lru"},
-                             Variant{"50%", -1, "", "lfu"}, Variant{"100%", -1, "", "lru"}}) {
+    for (const Variant& v :
+         {Variant{"10%", -1, "", "lru"}, Variant{"10%", 0, "", "lru"}, Variant{"10%", 1, "", "lfu"},
+          Variant{"10%", 3, "64KiB", "lru"}, Variant{"50%", -1, "", "lfu"},
+          Variant{"100%", -1, "", "lru"}, Variant{"10%", -1, "", "lru", "next-layer"},
+          Variant{"10%", 3, "64KiB", "lfu", "next-layer"}}) {
       std::string what = std::string(name) + " arena " + v.arena + " transient " +
-                         std::to_string(v.transient) + " host '" + v.host + "' " + v.policy;
+                         std::to_string(v.transient) + " host '" + v.host + "' " + v.policy +
+                         " prefetch " + v.prefetch;
       ExpertOptions o;
       o.arena = v.arena;
       o.transient = v.transient;
       o.host_cache = v.host;
       o.policy = v.policy;
+      o.prefetch = v.prefetch;
       o.quiet = true;
       ExpertStats stats;
       auto arena = make_expert_provider(*ck, cfg, o, &stats);
@@ -118,6 +122,20 @@ TEST(ExpertIdentical, TenPercentArenaEqualsAllResident) {
       EXPECT_GE(stats.aligned_read_bytes, t.read_bytes);
       if (std::string(v.arena) == "10%") {
         EXPECT_GT(t.misses, stats.total_experts) << what;  // the arena really was too small
+      }
+      const PrefetchCounters& pf = stats.prefetch;
+      if (std::string(v.prefetch) == "next-layer") {  // k hints per decode step and MoE layer
+        EXPECT_EQ(pf.hints,
+                  uint64_t(steps) * uint64_t(moe_layers - 1) * uint64_t(cfg.experts_per_token))
+            << what;
+        EXPECT_EQ(pf.redundant + pf.dropped + pf.issued, pf.hints) << what;
+        if (std::string(name) == "models/moetier-tiny") {  // the fixtures' 10% leaves no room
+          EXPECT_GT(pf.issued, 0u) << what;
+          EXPECT_GT(pf.used, 0u) << what;
+        }
+        EXPECT_LE(pf.used + pf.wasted, pf.issued) << what;
+      } else {
+        EXPECT_EQ(pf.hints, 0u) << what;
       }
       if (std::string(v.arena) == "100%") {
         EXPECT_LE(t.misses, stats.total_experts) << what;  // each expert read at most once

@@ -266,7 +266,8 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
   const Table& t = table_at(table, k);
   route_topk(router, x, 1, k, renormalize, probs, ids, weights);
   if (skipped(kSkipExperts, 1)) return;
-  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, true)) return;
+  // Early reads need the router launched right before (MOETIER_CUDA_SKIP=router: not).
+  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, !skipped(kSkipRouter, 1))) return;
   moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
 }
 
@@ -287,6 +288,10 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   const bool fuse = fuse_ && !legacy_decode_ && act_q8_ && !moe_fused_ &&
                     cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate) &&
                     router.cols == hidden && router.rows <= 1024 && k <= router.rows;
+  if (!fuse && skipped(kSkipExperts, 1)) {  // (profiling: no stale output added to x)
+    rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);
+    return route_topk(router, f.xn, 1, k, renormalize, probs, ids, weights);
+  }
   if (!fuse)
     return Backend::route_moe_resident_add(router, table, x, k, renormalize, probs, ids, weights,
                                            hidden, intermediate, f);
@@ -298,7 +303,9 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     after("router_topk_rmsnorm");
   }
   if (skipped(kSkipExperts, 1)) return;
-  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, x, true, {f.norm, f.eps, true})) return;
+  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
+             {f.norm, f.eps, true}))
+    return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
   moe_resident(table, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
   add(x, f.tmp, hidden);

@@ -121,8 +121,25 @@ void Qwen3MoeModel::moe(int64_t layer, float* x, float* xn, std::span<const int3
   b.routing = &r;
   b.x = xn;
   b.out = out;
+  if (n == 1 && experts.wants_next_layer_hints()) {  // layer L + 1's router on L's hidden state
+    int64_t next = layer + 1;
+    while (next < cfg_.num_hidden_layers && !layers_[size_t(next)].moe) ++next;
+    if (next < cfg_.num_hidden_layers)
+      b.after_first_submit = [&, next] { hint_layer(next, x, experts, ws); };
+  }
   run_moe_block(*be_, experts, b);
   be_->add(x, out, n * h);
+}
+
+void Qwen3MoeModel::hint_layer(int64_t next, const float* x, ExpertProvider& experts,
+                               Workspace& ws) const {
+  const LayerWeights& lw = layers_[size_t(next)];
+  const int64_t h = cfg_.hidden_size;
+  float* xp = ws.get(kHintXn, h);  // [1, hidden]
+  be_->rmsnorm(x, lw.post_attention_norm, 1, h, float(cfg_.rms_norm_eps), xp);
+  const Routing r =
+      route_softmax_topk(*be_, lw.router, xp, 1, cfg_.num_experts_per_tok, cfg_.norm_topk_prob, ws);
+  experts.prefetch(next, r.experts, Phase::Decode);
 }
 
 }  // namespace moetier::qwen3_moe

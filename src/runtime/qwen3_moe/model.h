@@ -38,7 +38,7 @@ struct LayerWeights {
 
 // Workspace slots of a forward pass (runtime/workspace.h; the router uses
 // kRouterSlot.. of runtime/routing.h).
-enum WsSlot : size_t { kX, kXn, kY, kLogits, kAttnXn, kQ, kK, kV, kCtx, kO, kMlpG, kMlpU };
+enum WsSlot : size_t { kX, kXn, kY, kLogits, kAttnXn, kQ, kK, kV, kCtx, kO, kMlpG, kMlpU, kHintXn };
 
 // The state of one sequence: the KV cache and the forward's scratch.
 struct State final : SequenceState {
@@ -79,6 +79,10 @@ class Qwen3MoeModel final : public Model {
   void dense_mlp(int64_t layer, const float* xn, int64_t n, float* out, Workspace& ws) const;
   void moe(int64_t layer, float* x, float* xn, std::span<const int32_t> tokens, int64_t start_pos,
            ExpertProvider& experts, const ForwardOptions& opt, float* out, Workspace& ws) const;
+
+  // --prefetch next-layer: the experts layer `next`'s router picks for x [1,
+  // hidden] (normalized with that layer's post-attention norm), as a prefetch hint.
+  void hint_layer(int64_t next, const float* x, ExpertProvider& experts, Workspace& ws) const;
 
   const Checkpoint* ck_ = nullptr;
   Backend* be_ = nullptr;
