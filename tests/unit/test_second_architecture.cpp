@@ -229,7 +229,8 @@ std::vector<float> ToyModel::forward(std::span<const int32_t> tokens, int64_t st
                    .intermediate = spec_.expert_intermediate,
                    .routing = &r,
                    .x = xn,
-                   .out = y});
+                   .out = y,
+                   .after_first_submit = {}});
     be.add(x, y, n * H);
   }
   st->pos = start_pos + n;
