@@ -19,6 +19,7 @@
 #   bins skip                                        each decode op's cost in the graph (ARMS=...)
 #   bins llama_build q30 bench30 fuse30 ds4 llama30  the side by side with carried binaries
 #   bins llama_build_cpu q30 cpu30                   the CPU engine beside llama.cpp's CPU build (issue 12)
+#   bins q30 pf30                                    the storage arm with next-layer prefetch and without
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -229,6 +230,13 @@ step_arena30() {  # a 28% arena backed by the host tier, and by storage only
   bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
     --arena 28% --host-cache 17GiB
   bench_arm "moetier cuda arena 28%, storage" --prompt-tokens 256 --gen 64 --runs 2 --arena 28%
+}
+step_pf30() {  # the storage arm with next-layer prefetch (--prefetch next-layer) and without, interleaved
+  for r in 1 2; do
+    bench_arm "moetier cuda arena 28%, storage" --prompt-tokens 256 --gen 64 --runs 2 --arena 28%
+    bench_arm "moetier cuda arena 28%, storage, prefetch next-layer" --prompt-tokens 256 --gen 64 \
+      --runs 2 --arena 28% --prefetch next-layer
+  done
 }
 step_mapped30() {  # the host-tier arm with the mapped host tier and without, interleaved
   for r in 1 2; do
