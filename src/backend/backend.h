@@ -153,12 +153,6 @@ class Backend {
   // Fused steps. The defaults compose the ops above (so a backend that does
   // not override them computes exactly what the separate calls compute); a
   // device backend may do each in one launch.
-  // x [n, dim] += y; xn [n, dim] = rmsnorm(x) (the residual add and the next norm).
-  virtual void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim,
-                           float eps, float* xn) {
-    add(x, y, n * dim);
-    rmsnorm(x, w, n, dim, eps, xn);
-  }
   // ys[i] [n, ws[i].rows] = x [n, cols] ws[i]^T, every ws[i] of the same cols
   // (the q/k/v projections of one input).
   virtual void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,

@@ -136,51 +136,38 @@ struct ExpertSet {
   }
 };
 
+// Sets an environment variable for a scope (the CUDA backend reads its
+// switches when it is made).
+class EnvVar {
+ public:
+  EnvVar(const char* name, const std::string& value) : name_(name) {
+    const char* v = std::getenv(name);
+    had_ = v != nullptr, old_ = v ? v : "";
+    setenv(name, value.c_str(), 1);
+  }
+  ~EnvVar() { had_ ? (void)setenv(name_, old_.c_str(), 1) : (void)unsetenv(name_); }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+
+ private:
+  const char* name_;
+  bool had_;
+  std::string old_;
+};
+
 // Sets the CUDA backend's MoE activations (MOETIER_CUDA_ACT, read when a
 // backend is made) and the CPU's MXFP4 activations to one mode; restores both.
 class ActMode {
  public:
-  explicit ActMode(const char* mode) : before_(cpu::mxfp4_activations()) {
-    const char* env = std::getenv("MOETIER_CUDA_ACT");
-    had_ = env != nullptr;
-    env_ = env ? env : "";
-    setenv("MOETIER_CUDA_ACT", mode, 1);
+  explicit ActMode(const char* mode)
+      : before_(cpu::mxfp4_activations()), env_("MOETIER_CUDA_ACT", mode) {
     cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
   }
-  ~ActMode() {
-    if (had_)
-      setenv("MOETIER_CUDA_ACT", env_.c_str(), 1);
-    else
-      unsetenv("MOETIER_CUDA_ACT");
-    cpu::set_mxfp4_activations(before_);
-  }
+  ~ActMode() { cpu::set_mxfp4_activations(before_); }
 
  private:
   cpu::Activations before_;
-  bool had_ = false;
-  std::string env_;
-};
-
-// Sets an environment variable (read when a backend is made); restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* v = std::getenv(name);
-    had_ = v != nullptr;
-    old_ = v ? v : "";
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
+  EnvVar env_;
 };
 
 }  // namespace moetier::testing

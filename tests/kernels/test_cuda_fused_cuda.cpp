@@ -83,7 +83,7 @@ TEST(CudaFused, NormGemvAtEveryRowsPerBlockMatchesCpu) {
   std::mt19937 rng(53);
   for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4})
     for (const char* r : {"1", "2", "4", "8"}) {
-      ScopedEnv env("MOETIER_CUDA_QKV_ROWS", r);
+      EnvVar env("MOETIER_CUDA_QKV_ROWS", r);
       BackendPair f;
       std::vector<DeviceBuffer> keep;
       const int64_t cols = 1024;
@@ -152,7 +152,7 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   };
   for (const char* fuse : {"1", "0"})
     for (const char* mode : {"q8", "f32"}) {
-      ScopedEnv env("MOETIER_CUDA_FUSE", fuse);
+      EnvVar env("MOETIER_CUDA_FUSE", fuse);
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);

@@ -125,7 +125,7 @@ TEST(CudaModel, FusedDecodeOpsChangeNoToken) {
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
     auto fused = engine(dir, "cuda");
-    ScopedEnv off("MOETIER_CUDA_FUSE", "0");
+    EnvVar off("MOETIER_CUDA_FUSE", "0");
     auto separate = engine(dir, "cuda");
     const double tol = mode[0] == 'q' ? 1e-3 : 1e-4;  // q8: a code may round the other way
     for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",

@@ -123,17 +123,6 @@ TEST(CudaOps, FusedStepsMatchCpu) {
   BackendPair f;
   std::mt19937 rng(23);
   std::vector<DeviceBuffer> keep;
-  // add_rmsnorm on odd rows
-  const int64_t n = 3, dim = 2056;
-  auto x = randn(size_t(n * dim), rng), y = randn(size_t(n * dim), rng),
-       w = randn(size_t(dim), rng);
-  std::vector<float> xr = x, ref(x.size());
-  f.cpu->add_rmsnorm(xr.data(), y.data(), w.data(), n, dim, 1e-6f, ref.data());
-  float* dx = f.up(x, keep);
-  float* dn = f.zeros(x.size(), keep);
-  f.gpu->add_rmsnorm(dx, f.up(y, keep), f.up(w, keep), n, dim, 1e-6f, dn);
-  EXPECT_LE(rel_err(f.down(dx, x.size()), xr), 1e-7);
-  EXPECT_LE(rel_err(f.down(dn, x.size()), ref), 1e-6);
   // matmul_multi: three weights of one width (one launch at n == 1), and n == 3
   for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4, WeightEncoding::F32})
     for (int64_t t : {1, 3}) {
@@ -156,7 +145,7 @@ TEST(CudaOps, FusedStepsMatchCpu) {
       }
     }
   // qk_norm_rope_kv with and without norms, at position 37 of a 50-row cache
-  const int64_t nh = 6, nkv = 2, hd = 64, pos = 37, cap = 50;
+  const int64_t n = 3, nh = 6, nkv = 2, hd = 64, pos = 37, cap = 50;
   std::vector<float> inv(size_t(hd / 2));
   for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(1e6f, float(2 * i) / hd);
   for (bool norms : {true, false}) {
@@ -578,23 +567,6 @@ TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
 #ifndef MOETIER_CUDA_MIN_ARCH  // a build without CUDA (every test here skips)
 #define MOETIER_CUDA_MIN_ARCH 0
 #endif
-
-// Sets an environment variable for a scope (the CUDA backend reads its
-// switches when it is made).
-class EnvVar {
- public:
-  EnvVar(const char* name, const std::string& value) : name_(name) {
-    const char* v = std::getenv(name);
-    had_ = v != nullptr, old_ = v ? v : "";
-    setenv(name, value.c_str(), 1);
-  }
-  ~EnvVar() { had_ ? (void)setenv(name_, old_.c_str(), 1) : (void)unsetenv(name_); }
-
- private:
-  const char* name_;
-  bool had_;
-  std::string old_;
-};
 
 // The fused MoE kernel (moe_stream.cuh: bulk copies, per-warp rings, a grid
 // barrier) and the three q8 kernels against the CPU's q8 experts, through

@@ -45,10 +45,10 @@ static unsigned parse_skip(const char* v) {
   for (size_t b = 0; !s.empty() && b <= s.size();) {
     const size_t e = std::min(s.find(',', b), s.size());
     const std::string op = s.substr(b, e - b);
-    const char* names[] = {"norm", "qkv", "attn", "o", "router", "experts"};
+    const char* names[] = {"qkv", "attn", "o", "router", "experts"};  // Skip's bits, in order
     const auto* it = std::find(std::begin(names), std::end(names), op);
     check(it != std::end(names),
-          "MOETIER_CUDA_SKIP={}: unknown op '{}' (norm, qkv, attn, o, router, experts)", s, op);
+          "MOETIER_CUDA_SKIP={}: unknown op '{}' (qkv, attn, o, router, experts)", s, op);
     m |= 1u << (it - std::begin(names));
     b = e + 1;
   }

@@ -91,12 +91,6 @@ class CudaBackend final : public Backend {
   void silu_mul(float* g, const float* u, int64_t n) override {
     cuda::silu_mul(g, u, n, stream_), after("silu_mul");
   }
-  void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
-                   float* xn) override {
-    if (legacy_decode_) return Backend::add_rmsnorm(x, y, w, n, dim, eps, xn);
-    if (skipped(kSkipNorm, n)) return;
-    cuda::add_rmsnorm(x, y, w, n, dim, eps, xn, stream_), after("add_rmsnorm");
-  }
   void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
                     std::span<float* const> ys) override;
   void matmul_multi_rmsnorm(std::span<const MatView> ws, const float* x, const float* norm,
@@ -181,12 +175,11 @@ class CudaBackend final : public Backend {
   // outputs go stale), so a decode run's time against a full one is what those
   // ops cost inside the graph. Tokens are meaningless then.
   enum Skip : unsigned {
-    kSkipNorm = 1,
-    kSkipQkv = 2,
-    kSkipAttn = 4,
-    kSkipO = 8,
-    kSkipRouter = 16,
-    kSkipExperts = 32
+    kSkipQkv = 1,
+    kSkipAttn = 2,
+    kSkipO = 4,
+    kSkipRouter = 8,
+    kSkipExperts = 16
   };
   unsigned skip_ = 0;
   bool skipped(unsigned op, int64_t n) const { return n == 1 && (skip_ & op); }

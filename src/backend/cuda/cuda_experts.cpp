@@ -271,10 +271,6 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
   moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
 }
 
-}  // namespace moetier
-
-namespace moetier {
-
 // The router and the quantize kernel each normalize x themselves and the down
 // projection adds into x: four launches for norm, router, experts and
 // residual add. The early reads hold as in route_moe_resident (x was written
@@ -297,7 +293,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                                            hidden, intermediate, f);
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
-                           stream_, {f.norm, f.eps}))
+                           stream_, f.norm, f.eps))
       return Backend::route_moe_resident_add(router, table, x, k, renormalize, probs, ids, weights,
                                              hidden, intermediate, f);
     after("router_topk_rmsnorm");

@@ -69,14 +69,10 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // weights [k] as softmax_topk gives them (w [e, cols], e <= 1024). done: one
 // device counter, 0 before and after (the last block to finish runs the
 // top-k). false (nothing launched) where the vector GEMV does not apply.
-// f.norm: the logits of rmsnorm(x, norm, eps) (each block normalizes x itself).
-struct RouterFuse {
-  const float* norm = nullptr;
-  float eps = 0.0f;
-};
+// norm: the logits of rmsnorm(x, norm, eps) (each block normalizes x itself).
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
-                 const RouterFuse& f = {});
+                 const float* norm = nullptr, float eps = 0.0f);
 
 // Causal GQA attention (see Backend::attention). Graph mode: d_pos non-null,
 // the query's position is *d_pos and the grid covers max_positions. scratch:
@@ -220,15 +216,11 @@ bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, co
                       void* scratch, float* out, unsigned* bar, bool early, cudaStream_t s,
                       const StreamConfig& cfg = {});
 
-// Fused steps (kernels/cuda/fused.cu; Backend's fused ops). add_rmsnorm: x
-// [n, dim] += y, xn = rmsnorm(x). gemv_multi: y[m] [rows[m]] = w[m] x for up to
-// kMax weights of one encoding and width, one row per block (tile0: prefix
-// sums of rows), of rmsnorm(x, norm, eps) when norm is set (each block
-// normalizes x itself); false (nothing launched) where the vector path does
-// not apply. qk_norm_rope_kv: see Backend::qk_norm_rope_kv (d_pos: graph mode);
-// false for head_dim > 512 or odd.
-void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
-                 float* xn, cudaStream_t s);
+// Fused steps (kernels/cuda/fused.cu, decode.cu; Backend's fused ops). gemv_multi: y[m] [rows[m]] =
+// w[m] x for up to kMax weights of one encoding and width, one row per block (tile0: prefix sums of
+// rows), of rmsnorm(x, norm, eps) when norm is set (each block normalizes x itself); false (nothing
+// launched) where the vector path does not apply. qk_norm_rope_kv: see Backend::qk_norm_rope_kv
+// (d_pos: graph mode); false for head_dim > 512 or odd.
 struct GemvMulti {
   static constexpr int kMax = 4;
   const uint8_t* w[kMax] = {};

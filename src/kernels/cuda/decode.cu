@@ -426,46 +426,48 @@ void moe_enc(const ExpertPtrs* table, const int32_t* ids, const float* weights, 
 }
 
 template <int ENC, bool NORM>
-void router_norm(const MatView& w, const float* x, const RouterFuse& f, int64_t k, bool renorm,
-                 float* probs, int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
+void router_launch(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
+                   bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done,
+                   cudaStream_t s) {
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const unsigned g = unsigned(w.rows), t = threads_for(w.cols / Chunk<ENC>::kCols);
   const int r = renorm ? 1 : 0;
   if (w.rows <= 128)
-    launch(router_topk_kernel<ENC, 4, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, f.norm,
-           f.eps, k, r, probs, ids, weights, done);
+    launch(router_topk_kernel<ENC, 4, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
+           k, r, probs, ids, weights, done);
   else if (w.rows <= 256)
-    launch(router_topk_kernel<ENC, 8, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, f.norm,
-           f.eps, k, r, probs, ids, weights, done);
+    launch(router_topk_kernel<ENC, 8, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
+           k, r, probs, ids, weights, done);
   else
-    launch(router_topk_kernel<ENC, 32, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, f.norm,
-           f.eps, k, r, probs, ids, weights, done);
+    launch(router_topk_kernel<ENC, 32, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
+           k, r, probs, ids, weights, done);
 }
 
 template <int ENC>
-void router_enc(const MatView& w, const float* x, const RouterFuse& f, int64_t k, bool renorm,
-                float* probs, int32_t* ids, float* weights, unsigned* done, cudaStream_t s) {
-  if (f.norm)
-    router_norm<ENC, true>(w, x, f, k, renorm, probs, ids, weights, done, s);
+void router_enc(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
+                bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done,
+                cudaStream_t s) {
+  if (nw)
+    router_launch<ENC, true>(w, x, nw, eps, k, renorm, probs, ids, weights, done, s);
   else
-    router_norm<ENC, false>(w, x, f, k, renorm, probs, ids, weights, done, s);
+    router_launch<ENC, false>(w, x, nw, eps, k, renorm, probs, ids, weights, done, s);
 }
 
 }  // namespace
 
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
-                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
-                 const RouterFuse& f) {
+                 int32_t* ids, float* weights, unsigned* done, cudaStream_t s, const float* norm,
+                 float eps) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows < 1 || w.rows > 1024 || k < 1 ||
       k > 32 || k > w.rows || w.cols % enc_cols(w.enc))
     return false;
   switch (w.enc) {
     case WeightEncoding::F32:
-      return router_enc<kF32>(w, x, f, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kF32>(w, x, norm, eps, k, renorm, probs, ids, weights, done, s), true;
     case WeightEncoding::BF16:
-      return router_enc<kBF16>(w, x, f, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kBF16>(w, x, norm, eps, k, renorm, probs, ids, weights, done, s), true;
     default:
-      return router_enc<kMXFP4>(w, x, f, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, s), true;
   }
 }
 

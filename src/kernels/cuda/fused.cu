@@ -1,45 +1,13 @@
-// Fused decode-step kernels (kernels/cuda/cuda.h): the residual add with the
-// next RMSNorm; attention's per-head norm + RoPE + KV-cache write in one
-// launch (several GEMVs of one input in one launch: decode.cu). Each computes what the
-// separate kernels compute, with the same arithmetic (double sum of squares,
-// cos/sin in double).
+// Fused kernels (kernels/cuda/cuda.h): attention's per-head norm + RoPE +
+// KV-cache write in one launch (the GEMVs that take in their RMSNorm or their
+// residual add: decode.cu). It computes what the separate kernels compute, with
+// the same arithmetic (double sum of squares, cos/sin in double).
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace moetier::cuda {
 namespace {
-
-__global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int64_t dim, float eps,
-                                   float* xn) {
-  constexpr int kPer = 4;  // norm weights per thread held in registers, read before grid_wait
-  float wr[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    wr[j] = i < dim ? w[i] : 0.0f;
-  }
-  grid_wait();
-  grid_launch_dependents();
-  float* xr = x + int64_t(blockIdx.x) * dim;
-  const float* yr = y + int64_t(blockIdx.x) * dim;
-  float* o = xn + int64_t(blockIdx.x) * dim;
-  double ss = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float v = xr[i] + yr[i];
-    xr[i] = v;
-    ss += double(v) * double(v);
-  }
-  __shared__ double part[33];
-  const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(dim)) + eps);
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
-    if (i < dim) o[i] = wr[j] * (xr[i] * r);
-  }
-  for (int64_t i = threadIdx.x + int64_t(kPer) * blockDim.x; i < dim; i += blockDim.x)
-    o[i] = w[i] * (xr[i] * r);
-}
 
 // Grid: n x (nh + 2 nkv) blocks (q heads, k heads, v heads) of one head row.
 __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, const float* q_norm,
@@ -89,13 +57,6 @@ __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, const
 }
 
 }  // namespace
-
-void add_rmsnorm(float* x, const float* y, const float* w, int64_t n, int64_t dim, float eps,
-                 float* xn, cudaStream_t s) {
-  if (n <= 0) return;
-  const int block = dim >= 1024 ? 1024 : (dim >= 256 ? 256 : 128);
-  launch(add_rmsnorm_kernel, unsigned(n), block, 0, s, x, y, w, dim, eps, xn);
-}
 
 bool qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                      int64_t n, int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,
