@@ -1,15 +1,14 @@
 // moe_probe: the resident MoE decode step's kernels side by side at real
 // shapes (Qwen3-30B-A3B: hidden 2048, 128 experts of 768, top-8;
 // DeepSeek-V4-Flash experts: hidden 4096, 256 of 2048, top-6), without the
-// engine: decode_q8.cu's register kernels, the fused bulk-copy kernel
-// (moe_stream.cuh) under a few shared-memory budgets, and a plain read
-// of the same bytes (the bound of this access pattern). Each timed call uses
+// engine: decode_q8.cu's kernels in each of their variants (set_moe_q8_kernels)
+// and a plain read of the same bytes (the bound of this access pattern). Each timed call uses
 // another random expert set (64 sets in a CUDA graph, replayed), so the
 // weights come from HBM, not L2. Outputs are compared with decode_q8.cu's by
 // max |diff| / max |ref| (the same integer sums; only the f32 order differs).
-// Also: the fused kernel reading experts in pinned host memory. (The figures
+// Also: the q8 kernels reading experts in pinned host memory. (The figures
 // of bench/results/h200-moe-probe.json came from this probe at f2e373a, with
-// the two-kernel version of moe_stream.cuh since removed.)
+// bulk-copy kernels since removed.)
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 -Isrc -DMOETIER_CUDA_MIN_ARCH=90
 //   bench/moe_probe.cu -o moe_probe  (scripts/device_cuda.sh step probe).
 #include <cuda_runtime_api.h>
@@ -209,23 +208,29 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   auto wts = [&](int c) { return m.weights + c * sh.k; };
   auto xs = [&](int c) { return m.x + size_t(c) * sh.H; };
   std::vector<Arm> arms;
-  arms.push_back({"decode_q8 (registers)", [&](int c, float* o, void* sc, cudaStream_t st) {
-                    return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
-                                         xs(c), sh.H, sh.I, sc, o, true, st);
-                  }});
-  unsigned* bar;
-  CK(cudaMalloc(&bar, 8));
-  CK(cudaMemset(bar, 0, 8));
-  const size_t fused_budgets[] = {220, 200, 160};
-  static char fnames[4][64];
-  for (int v = 0; v < 3; ++v) {
-    StreamConfig cfg{0, fused_budgets[v] << 10};
-    std::snprintf(fnames[v], 64, "fused, budget %zu KB", fused_budgets[v]);
-    arms.push_back({fnames[v], [&, cfg](int c, float* o, void* sc, cudaStream_t st) {
-                      return moe_decode_fused(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c),
-                                              sh.k, xs(c), sh.H, sh.I, sc, o, bar, true, st, cfg);
+  arms.push_back(
+      {"gate 8 warps, down warp (default)", [&](int c, float* o, void* sc, cudaStream_t st) {
+         return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k, xs(c),
+                              sh.H, sh.I, sc, o, true, st);
+       }});
+  struct Variant {
+    const char* name;
+    MoeQ8Kernels k;
+  };
+  static const Variant kVariants[] = {{"gate 16 warps, down warp", {16, 0}},
+                                      {"gate 8 warps, down split 2 rows", {8, 2}},
+                                      {"gate 8 warps, down split 4 rows", {8, 4}},
+                                      {"gate 16 warps, down split 2 rows", {16, 2}},
+                                      {"gate 16 warps, down split 4 rows", {16, 4}}};
+  for (const Variant& v : kVariants)
+    arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
+                      set_moe_q8_kernels(v.k);
+                      const bool ok =
+                          moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
+                                        xs(c), sh.H, sh.I, sc, o, true, st);
+                      set_moe_q8_kernels({});
+                      return ok;
                     }});
-  }
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);
@@ -285,13 +290,13 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     CK(cudaMalloc(&t2, ht.size() * sizeof(ExpertPtrs)));
     CK(cudaMemcpy(t2, ht.data(), ht.size() * sizeof(ExpertPtrs), cudaMemcpyHostToDevice));
     CK(cudaMemset(out, 0xff, sizeof(float) * size_t(sh.H)));
-    const bool ok = moe_decode_fused(t2, WeightEncoding::MXFP4, true, ids(0), wts(0), sh.k, xs(0),
-                                     sh.H, sh.I, scratch, out, bar, true, s);
+    const bool ok = moe_decode_q8(t2, WeightEncoding::MXFP4, true, ids(0), wts(0), sh.k, xs(0),
+                                  sh.H, sh.I, scratch, out, true, s);
     const cudaError_t e = cudaStreamSynchronize(s);
     std::vector<float> o(size_t(sh.H));
     if (ok && e == cudaSuccess) CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
     std::vector<float> r(ref.begin(), ref.begin() + sh.H);
-    std::printf("  fused kernel, half the experts in pinned host memory: %s, err %.2e\n",
+    std::printf("  q8 kernels, half the experts in pinned host memory: %s, err %.2e\n",
                 e == cudaSuccess ? "ran" : cudaGetErrorString(e),
                 ok && e == cudaSuccess ? max_rel(o, r) : -1.0);
     (void)cudaGetLastError();
@@ -299,7 +304,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     cudaFree(t2);
   }
   cudaFree(m.pool), cudaFree(m.table), cudaFree(m.ids), cudaFree(m.weights), cudaFree(m.x);
-  cudaFree(m.segs), cudaFree(scratch), cudaFree(out), cudaFree(sink), cudaFree(bar);
+  cudaFree(m.segs), cudaFree(scratch), cudaFree(out), cudaFree(sink);
   cudaStreamDestroy(s);
 }
 

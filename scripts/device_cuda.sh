@@ -59,8 +59,15 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
 }
 step_test() {
   for t in test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_golden_qwen3; do
-    MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 timeout ${TEST_TIMEOUT:-300} stdbuf -oL -eL ./$B/tests/$t \
-      >"$OUT/$t.log" 2>&1
+    MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 stdbuf -oL -eL ./$B/tests/$t >"$OUT/$t.log" 2>&1 &
+    local pid=$! w=0
+    while kill -0 $pid 2>/dev/null && [ $w -lt ${TEST_TIMEOUT:-300} ]; do sleep 1; w=$((w + 1)); done
+    if kill -0 $pid 2>/dev/null; then  # a hang: every thread's stack, then the kill
+      echo "$t: still running after $w s; its threads:"
+      cuda-gdb -q -batch -p $pid -ex "thread apply all bt 8" 2>&1 | grep -E "^#|^Thread" | head -60
+      kill -9 $pid
+    fi
+    wait $pid
     local rc=$?
     echo "$t: rc $rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/$t.log" | tr '\n' ' ')"
     grep -E "Failure|rror|Expected|Which is|\[cuda golden\]|^\[ RUN" "$OUT/$t.log" | tail -25

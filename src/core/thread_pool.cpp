@@ -103,12 +103,18 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const Fn& fn) {
     for (int64_t b = 0; b < n; b += grain) fn(b, std::min(n, b + grain));
     return;
   }
+  // First the old job's ticket is closed (the new generation, no chunk left):
+  // a worker that woke for the old job and read its ticket before this could
+  // otherwise claim a chunk under the old generation against the new job's
+  // chunk count. The exchange (acquire) keeps the field stores below after it;
+  // a claim that came before it (release) read the old chunk count.
+  const uint32_t gen = epoch_.load(std::memory_order_relaxed) + 1;
+  ticket_.exchange(uint64_t(gen) << 32 | 0xffffffffu, std::memory_order_acq_rel);
   fn_.store(&fn, std::memory_order_relaxed);
   n_.store(n, std::memory_order_relaxed);
   grain_.store(grain, std::memory_order_relaxed);
   chunks_.store(chunks, std::memory_order_relaxed);
   pending_.store(int32_t(chunks), std::memory_order_relaxed);
-  const uint32_t gen = epoch_.load(std::memory_order_relaxed) + 1;
   ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
   epoch_.store(gen);  // seq_cst: pairs with sleepers_ below
   if (sleepers_.load() > 0) epoch_.notify_all();

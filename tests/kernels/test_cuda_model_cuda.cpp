@@ -127,7 +127,12 @@ TEST(CudaModel, FusedDecodeOpsChangeNoToken) {
     auto fused = engine(dir, "cuda");
     EnvVar off("MOETIER_CUDA_FUSE", "0");
     auto separate = engine(dir, "cuda");
-    const double tol = mode[0] == 'q' ? 1e-3 : 1e-4;  // q8: a code may round the other way
+    // q8: an int8 code of x or h may round the other way between the two
+    // paths (x normalized with another sum order), and the difference then
+    // stays in the KV cache: on the H200 at f18f022 the logits of one prompt
+    // drifted to 1.64e-2 of their largest by step 12 (under 1e-3 before step
+    // 5), the other's stayed under 1e-3, with the same tokens. f32: 1e-4.
+    const double tol = mode[0] == 'q' ? 4e-2 : 1e-4;
     for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
                           "It is a truth universally acknowledged, that a single man"}) {
       const auto ids = tok.encode(p);

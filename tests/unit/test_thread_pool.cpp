@@ -42,6 +42,24 @@ TEST(ThreadPool, ManyShortJobsInARow) {
   EXPECT_EQ(sum.load(), 9 * 20000);
 }
 
+// Jobs whose chunk counts alternate between few and many, on more threads
+// than cores: a worker that woke for a finished job and is preempted between
+// reading the ticket and claiming a chunk must not claim a chunk of the next
+// job under the old generation (it once could, where the next job had more
+// chunks: that chunk ran twice and the pending count went below zero, so the
+// caller slept forever).
+TEST(ThreadPool, AStaleWorkerTakesNoChunkOfTheNextJob) {
+  ThreadPool pool(12);
+  for (int job = 0; job < 100000; ++job) {
+    const int64_t n = job % 2 ? 48 : 1 + job % 3;
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1);
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "job " << job;
+  }
+}
+
 // Chunks longer than the caller's spin (about 20-60 us), so that the caller
 // sleeps in wait_done and is woken by the chunk that finishes last, job after
 // job (a lost wake-up there is a hang: the test's timeout).

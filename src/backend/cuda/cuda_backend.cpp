@@ -78,13 +78,21 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(!act || std::string(act) == "q8" || std::string(act) == "f32",
         "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
   act_q8_ = !act || std::string(act) == "q8";
-  // MOETIER_CUDA_MOE=fused: the fused persistent MoE kernel (moe_stream.cuh)
-  // where it applies, instead of the three q8 kernels (decode_q8.cu). Not the
-  // default: on the H200 it decoded 312.3 tok/s against 335.5 (docs/cuda.md).
-  const char* moe = std::getenv("MOETIER_CUDA_MOE");
-  check(!moe || std::string(moe) == "fused" || std::string(moe) == "q8",
-        "MOETIER_CUDA_MOE={}: expected fused or q8", moe ? moe : "");
-  moe_fused_ = moe && std::string(moe) == "fused";
+  // MOETIER_CUDA_MOE_GATE=8 (default) | 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=
+  // warp | 2 | 4 (default): the down kernel, a warp per 2 rows or blocks splitting 2 or 4 rows.
+  cuda::MoeQ8Kernels mk;
+  if (const char* g = std::getenv("MOETIER_CUDA_MOE_GATE")) {
+    const std::string v = g;
+    check(v == "8" || v == "16", "MOETIER_CUDA_MOE_GATE={}: expected 8 or 16", v);
+    mk.gate_warps = std::stoi(v);
+  }
+  if (const char* d = std::getenv("MOETIER_CUDA_MOE_DOWN")) {
+    const std::string v = d;
+    check(v == "warp" || v == "2" || v == "4", "MOETIER_CUDA_MOE_DOWN={}: expected warp, 2 or 4",
+          v);
+    mk.down_rows = v == "warp" ? 0 : std::stoi(v);
+  }
+  cuda::set_moe_q8_kernels(mk);
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).
   const char* fz = std::getenv("MOETIER_CUDA_FUSE");

@@ -170,7 +170,6 @@ class CudaBackend final : public Backend {
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
   int qkv_rows_ = 0;            // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
-  bool moe_fused_ = false;      // MOETIER_CUDA_MOE=fused | q8 (default): the q8 MoE kernels
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
   // ops cost inside the graph. Tokens are meaningless then.
@@ -188,7 +187,6 @@ class CudaBackend final : public Backend {
     DeviceBuffer ptrs;  // [num_experts] cuda::ExpertPtrs
     WeightEncoding enc = WeightEncoding::BF16;
     bool vec = false;
-    bool bulk = false;  // codes and scales 16-byte aligned (the fused kernel's bulk copies)
   };
   std::vector<Table> tables_;
   // update_experts: the writes, pinned (read in place by the kernel), reused
@@ -214,7 +212,6 @@ class CudaBackend final : public Backend {
   // launches: the last block of a launch resets what it counted).
   struct Sync {
     unsigned route_done;      // router_topk
-    unsigned moe_bar[2];      // the fused MoE kernel's grid barrier
     unsigned attn_done[256];  // decode attention, per kv head
     cuda::ArgmaxScratch argmax;
   };

@@ -19,13 +19,6 @@ cuda::ExpertPtrs ptrs_of(const ExpertView& v) {
 
 bool uniform(const ExpertView& v) { return v.gate.enc == v.up.enc && v.up.enc == v.down.enc; }
 
-// Every matrix and scale pointer 16-byte aligned (what bulk copies need).
-bool bulk_aligned(const ExpertView& v) {
-  for (const MatView* m : {&v.gate, &v.up, &v.down})
-    if (!aligned16(m->data) || !aligned16(m->scales)) return false;
-  return true;
-}
-
 }  // namespace
 
 template <typename T>
@@ -161,13 +154,11 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
   Table t;
   t.enc = views[0].gate.enc;
   t.vec = true;
-  t.bulk = true;
   std::vector<cuda::ExpertPtrs> ptrs;
   for (const ExpertView& v : views) {
     check(uniform(v) && v.gate.enc == t.enc, "cuda: one encoding per expert table");
     ptrs.push_back(ptrs_of(v));
     t.vec = t.vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
-    t.bulk = t.bulk && bulk_aligned(v);
   }
   t.ptrs = alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));
   cuda_check(cudaMemcpy(t.ptrs.data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs),
@@ -197,8 +188,6 @@ void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
     check(!t.vec || (aligned16(e.view.gate.data) && aligned16(e.view.up.data) &&
                      aligned16(e.view.down.data)),
           "cuda: expert table {}: entry {} is not 16-byte aligned", e.table, e.id);
-    check(!t.bulk || bulk_aligned(e.view),
-          "cuda: expert table {}: entry {} has scales that are not 16-byte aligned", e.table, e.id);
     w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view)};
   }
   cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
@@ -218,13 +207,6 @@ bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weight
       !cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate))
     return false;
   void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
-  if (moe_fused_ && !fuse.norm && !fuse.accumulate &&
-      cuda::moe_decode_fused(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.bulk, ids, weights, int(k), x,
-                             hidden, intermediate, sq, out, sync()->moe_bar, early, stream_)) {
-    after("resident experts (fused)");
-    return true;
-  }
-  (void)cudaGetLastError();  // a refused shared-memory attribute: the q8 kernels instead
   if (!cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
                            hidden, intermediate, sq, out, early, stream_, fuse)) {
     (void)cudaGetLastError();  // a refused shared-memory attribute: the f32 path instead
@@ -274,14 +256,13 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
 // The router and the quantize kernel each normalize x themselves and the down
 // projection adds into x: four launches for norm, router, experts and
 // residual add. The early reads hold as in route_moe_resident (x was written
-// before the router). Other expert paths (f32 activations, the fused kernel,
-// legacy) take the default.
+// before the router). Other expert paths (f32 activations, legacy) take the default.
 void CudaBackend::route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                                          bool renormalize, float* probs, int32_t* ids,
                                          float* weights, int64_t hidden, int64_t intermediate,
                                          const NormAdd& f) {
   const Table& t = table_at(table, k);
-  const bool fuse = fuse_ && !legacy_decode_ && act_q8_ && !moe_fused_ &&
+  const bool fuse = fuse_ && !legacy_decode_ && act_q8_ &&
                     cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate) &&
                     router.cols == hidden && router.rows <= 1024 && k <= router.rows;
   if (!fuse && skipped(kSkipExperts, 1)) {  // (profiling: no stale output added to x)

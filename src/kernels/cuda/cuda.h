@@ -197,24 +197,16 @@ struct Q8Fuse {
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                    void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse = {});
-// The same step in one persistent launch after quantize, its weights streamed
-// into shared memory by the bulk copy engine (kernels/cuda/moe_stream.cuh;
-// sm_90+; opt-in, MOETIER_CUDA_MOE=fused). Applies where moe_stream_applies
-// (hidden % 512 == 0, inter % 256 == 0, k x inter / 32 <= 512; bulk: every
-// pointer of the table, codes and scales, 16-byte aligned) and the shared
-// memory fits. grid: blocks (default and at most one per SM); budget: its
-// shared memory. bar: two device words, 0 before the first launch, used by one
-// launch at a time (its grid barrier). Same scratch as moe_decode_q8; false
-// (nothing launched) where it does not apply.
-struct StreamConfig {
-  int grid = 0;
-  size_t budget = 220 << 10;
+// Which q8 kernels moe_decode_q8 launches (process-wide; MOETIER_CUDA_MOE_GATE
+// and MOETIER_CUDA_MOE_DOWN, for A/B): gate/up with 8 warps of 4 rows
+// (default) or 16 of 2 per block of 32 rows; down with a warp per 2 rows
+// (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows
+// (default 4: bench/moe_probe.cu, docs/cuda.md).
+struct MoeQ8Kernels {
+  int gate_warps = 8;  // 8 | 16
+  int down_rows = 4;   // 0 | 2 | 4
 };
-bool moe_stream_applies(WeightEncoding enc, bool bulk, int k, int64_t hidden, int64_t inter);
-bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
-                      const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                      void* scratch, float* out, unsigned* bar, bool early, cudaStream_t s,
-                      const StreamConfig& cfg = {});
+void set_moe_q8_kernels(const MoeQ8Kernels& k);
 
 // Fused steps (kernels/cuda/fused.cu, decode.cu; Backend's fused ops). gemv_multi: y[m] [rows[m]] =
 // w[m] x for up to kMax weights of one encoding and width, one row per block (tile0: prefix sums of

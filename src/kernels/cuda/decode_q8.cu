@@ -12,13 +12,15 @@
 //  - quantize: x [hidden] -> xq, one lane per block of 32 (no shuffles); with
 //    Q8Fuse::norm it first normalizes x (RMSNorm, every block summing the
 //    squares of all of x), so no norm launch precedes the step;
-//  - gate/up: a block of 8 warps owns 32 rows of h of one selected expert, a
-//    warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
+//  - gate/up: a block of 8 warps (or 16 of 2 rows) owns 32 rows of h of one
+//    selected expert, a warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
 //    chunk of each per pass; h = silu(gate x) * up x is quantized as one q8
 //    block, its scale times the expert's routing weight;
-//  - down: a warp owns 2 output rows and runs one dot product over the
-//    (expert, chunk) items of the k experts in ascending id order; with
-//    Q8Fuse::accumulate it adds them to out (the residual add: out is x).
+//  - down: a block of 128 threads owns 4 output rows (set_moe_q8_kernels:
+//    2, or the older kernel, a warp per 2 rows) and runs one dot product over
+//    the (expert, chunk) items of the k experts in ascending id order, split
+//    over its threads and added in a fixed order; with Q8Fuse::accumulate it
+//    adds them to out (the residual add: out is x).
 // A q8 block is 64 bytes: its 32 int8 codes, then their 32 negations, so that
 // one byte permute gives the activations with the weights' signs applied
 // (e2m1 sign-magnitude: the magnitudes come from a second permute), 11
@@ -34,22 +36,20 @@
 // its writes were flushed. Without `early` everything is read after the wait.
 #include <algorithm>
 #include <cfloat>
-#include <mutex>
-#include <utility>
-#include <vector>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/moe_stream.cuh"
 #include "kernels/cuda/q8.cuh"
 
 namespace moetier::cuda {
 namespace {
 
 constexpr int kQuantThreads = 128;
-constexpr int kGateWarps = 8, kGateRows = 4;  // 32 rows of h per block
-constexpr int kDownWarps = 4, kDownRows = 2, kDownItems = 6;
+constexpr int kDownWarps = 4, kDownRows = 2, kDownItems = 6;  // the warp down kernel
+constexpr int kSplitThreads = 128;                            // the split down kernel
+
+MoeQ8Kernels g_kernels;  // set_moe_q8_kernels
 
 // 16 bytes global -> shared, asynchronously (L2 only); committed as one group
 // per pass (cp_async_commit), waited for with cp_async_wait<N> (all of this
@@ -118,15 +118,15 @@ __global__ void __launch_bounds__(kQuantThreads)
 // refilled with pass p + 2 after the lane's shared loads of pass p (the only
 // reads of it) are issued, which the asm's memory clobber keeps in program
 // order; the copy writes the slot only after its global read returns.
-// Dynamic shared memory: kGateSmem.
-constexpr int kGateR2 = 2 * kGateRows;
-constexpr size_t kGateSmem = size_t(2) * kGateWarps * kGateR2 * 32 * sizeof(uint4);
-__global__ void __launch_bounds__(kGateWarps * 32, 3)
+// NW warps of R rows each (NW x R = 32). Dynamic shared memory: kGateSmem.
+constexpr size_t kGateSmem = size_t(2) * 32 * 2 * 32 * sizeof(uint4);
+template <int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
                           float* hd, int early) {
-  constexpr int R = kGateRows, R2 = kGateR2;
-  extern __shared__ uint4 stage[];  // [2][kGateWarps][R2][32]
+  constexpr int R = 32 / NW, R2 = 2 * R, kGateWarps = NW;
+  extern __shared__ uint4 stage[];  // [2][NW][R2][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
@@ -252,12 +252,78 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   if (lane < R && row0 + lane < hidden) out[row0 + lane] = accumulate ? out[row0 + lane] + t : t;
 }
 
+// The same sum split over the block: a block owns R output rows and its
+// kSplitThreads threads split their (expert, chunk) items, thread t taking
+// items t + kSplitThreads u (U per pass, all of a pass loaded before any is
+// used); the warps' partial sums are added in warp order. More warps in
+// flight than the warp kernel (a warp per 2 rows) where hidden is small.
+template <int R, int U>
+__global__ void __launch_bounds__(kSplitThreads)
+    moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
+                             int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
+                             float* out, int accumulate, int early) {
+  constexpr int NT = kSplitThreads, NW = NT / 32;
+  __shared__ RankedExperts rk;  // its weights are unused: h carries them
+  __shared__ float red[R][NW];
+  const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const int nch = int(inter / 32), items = k * nch;
+  const int step_e = NT / nch, step_i = NT % nch;
+  int e = t / nch, i = t % nch;  // this thread's next item
+  uint4 q[U][R];
+  uint32_t s[U][R];
+  int ie[U], ii[U];
+  auto load = [&](int base) {  // items base + t + NT u, u < U
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      ie[u] = e, ii[u] = i;
+      if (base + t + NT * u < items)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int64_t row = row0 + r < hidden ? row0 + r : row0;
+          q[u][r] = __ldg(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
+          s[u][r] = __ldg(rk.s[e] + row * nch + i);
+        }
+      i += step_i, e += step_e;
+      while (i >= nch) i -= nch, ++e;
+    }
+  };
+  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: three launches back
+  grid_wait();                                                   // h comes from the kernel before
+  grid_launch_dependents();
+  if (!early) rank_experts(table, ids, weights, k, rk), load(0);
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int base = 0; base < items; base += NT * U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + t + NT * u >= items) break;
+      const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
+      const float d = __ldg(hd + hb);
+      int is[R];
+      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
+    }
+    if (base + NT * U < items) load(base + NT * U);
+  }
+  const float w = warp_rows_sum<R>(acc);
+  if (lane < R) red[lane][warp] = w;
+  __syncthreads();
+  if (t < R && row0 + t < hidden) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NW; ++j) sum += red[t][j];
+    out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
+  }
+}
+
 }  // namespace
 
-// moe_decode_q8: x and h as q8 blocks and their scales; moe_decode_fused: x as
-// q8 (128-byte aligned), then h [k, inter] as f32 (twice the bytes of h's q8 blocks).
+// x and h as q8 blocks, then their scales.
 size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter) {
-  return align128(size_t(hidden / 32) * (sizeof(Q8x) + sizeof(float))) + size_t(k * inter) * 4 + 16;
+  return size_t(hidden / 32 + k * (inter / 32)) * (sizeof(Q8x) + sizeof(float));
 }
 
 bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t inter) {
@@ -275,114 +341,42 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   Q8x* hq = xq + nb;
   auto* xd = reinterpret_cast<float*>(hq + nh);  // [nb] scales of x, then of h
   float* hd = xd + nb;
-  static const bool smem_ok =  // more than the default 48 KB of dynamic shared memory
-      cudaFuncSetAttribute(moe_gate_up_q8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess;
-  if (!smem_ok) return false;
+  const bool wide = g_kernels.gate_warps == 16;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
+      // more than the default 48 KB of dynamic shared memory
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return false;
   const int e = early ? 1 : 0;
   launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
          s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
-  launch(moe_gate_up_q8_kernel, dim3(unsigned(inter / 32), unsigned(k)), kGateWarps * 32, kGateSmem,
-         s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e);
-  constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
-  launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
-         kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out,
-         fuse.accumulate ? 1 : 0, e);
-  return true;
-}
-
-namespace {
-
-// What the fused kernel needs of the current device, read once per device:
-// its SM count (one block per SM, so that every block is resident at the grid
-// barrier) and the shared memory a block may opt into, less what the kernel
-// declares statically (0 where bulk copies cannot run: a device below sm_90,
-// or a build with an architecture below it, where they compile to nothing).
-struct DeviceLimits {
-  int sms = 0;
-  size_t smem = 0;
-};
-constexpr int kMaxDevices = 64;
-
-std::mutex g_limits_mu;  // guards the two tables below
-
-DeviceLimits device_limits() {
-  static DeviceLimits known[kMaxDevices];
-  static bool read[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return {};
-  const std::lock_guard<std::mutex> lock(g_limits_mu);
-  if (!read[dev]) {
-    int sms = 0, major = 0, optin = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess)
-      known[dev] = {sms, MOETIER_CUDA_MIN_ARCH >= 90 && major >= 9 && optin > 4096
-                             ? size_t(optin) - 4096
-                             : 0};
-    read[dev] = true;
+  launch(gate, dim3(unsigned(inter / 32), unsigned(k)), unsigned(g_kernels.gate_warps * 32),
+         kGateSmem, s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e);
+  const int acc = fuse.accumulate ? 1 : 0;
+  if (g_kernels.down_rows == 0) {
+    constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
+    launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
+           kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
+    return true;
   }
-  return known[dev];
-}
-
-// Raises a kernel's dynamic shared-memory limit to `bytes` once (not per
-// launch: launches are captured into graphs).
-bool smem_allowed(const void* kernel, size_t bytes) {
-  static std::vector<std::pair<const void*, size_t>> set;  // kernel -> limit set
-  const std::lock_guard<std::mutex> lock(g_limits_mu);
-  for (auto& [k, b] : set)
-    if (k == kernel && bytes <= b) return true;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
-      cudaSuccess)
-    return false;
-  set.emplace_back(kernel, bytes);
+  // U items per thread and pass: all of a row's items in one pass up to 4.
+  const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
+  const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
+  using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
+                        const float*, int64_t, int64_t, float*, int, int);
+  static constexpr Down kDown[2][4] = {
+      {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
+       moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
+      {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
+       moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
+  launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
 }
 
-using FusedKernel = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const void*, int,
-                             int, float*, float*, unsigned*, int, int);
-template <int NC>
-FusedKernel fused_kernel_u(int64_t nch) {
-  if (nch <= 32) return moe_fused_stream_kernel<NC, 1>;
-  if (nch <= 64) return moe_fused_stream_kernel<NC, 2>;
-  return moe_fused_stream_kernel<NC, 4>;
-}
-FusedKernel fused_kernel(int64_t nb, int64_t nch) {
-  if (nb <= 64) return fused_kernel_u<2>(nch);
-  if (nb <= 128) return fused_kernel_u<4>(nch);
-  return fused_kernel_u<8>(nch);
-}
-
-}  // namespace
-
-bool moe_stream_applies(WeightEncoding enc, bool bulk, int k, int64_t hidden, int64_t inter) {
-  return bulk && moe_q8_applies(enc, true, k, hidden, inter) && hidden % 512 == 0 &&
-         inter % 256 == 0 && hidden <= 8192 && inter <= 4096 &&
-         k * (inter / 32) * 8 <= kMaxHF * kStreamThreads;
-}
-
-bool moe_decode_fused(const ExpertPtrs* table, WeightEncoding enc, bool bulk, const int32_t* ids,
-                      const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                      void* scratch, float* out, unsigned* bar, bool early, cudaStream_t s,
-                      const StreamConfig& cfg) {
-  if (!moe_stream_applies(enc, bulk, k, hidden, inter)) return false;
-  const DeviceLimits lim = device_limits();
-  const int grid = cfg.grid > 0 ? std::min(cfg.grid, lim.sms) : lim.sms;
-  const int64_t nb = hidden / 32, nch = inter / 32, nq = k * nch;
-  const size_t budget = std::min(cfg.budget, lim.smem);
-  int P = 1;
-  while (P < 32 && fused_smem_bytes(nb, nch, nq, P + 1) <= budget) ++P;
-  const size_t smem = fused_smem_bytes(nb, nch, nq, P);
-  const FusedKernel fk = fused_kernel(nb, nch);
-  if (grid <= 0 || smem > budget || !smem_allowed(reinterpret_cast<const void*>(fk), smem))
-    return false;
-  // scratch: x as q8t [nb], then h [k, inter] f32
-  float* h = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + align128(q8t_bytes(nb)));
-  const int e = early ? 1 : 0;
-  launch(quantize_q8t_kernel, unsigned((nb + 127) / 128), 128, 0, s, x, int(nb), scratch, e);
-  launch(fk, unsigned(grid), kStreamThreads, smem, s, table, ids, weights, k,
-         static_cast<const void*>(scratch), int(hidden), int(inter), h, out, bar, P, e);
-  return true;
-}
+void set_moe_q8_kernels(const MoeQ8Kernels& k) { g_kernels = k; }
 
 }  // namespace moetier::cuda

@@ -23,9 +23,9 @@
 //    because each grid completes after its predecessor);
 //  - grid_launch_dependents() comes right after grid_wait(), so at most two
 //    grids (the running one and the next, waiting) hold resources at once.
-//    The fused MoE kernel (moe_stream.cuh) calls it only after its grid
-//    barrier: a dependent started before every block of a persistent grid is
-//    resident could hold the SM a missing block needs.
+//    (A persistent kernel with a grid barrier would have to call it only after
+//    its barrier: a dependent started before every block of a persistent grid
+//    is resident could hold the SM a missing block needs.)
 // Outside a PDL launch (<<<>>>, or MOETIER_CUDA_PDL=0) both are no-ops.
 // Below sm_90 they compile to nothing, so launch() asks for PDL only when the
 // build targets sm_90 or later alone (MOETIER_CUDA_MIN_ARCH, from CMake's

@@ -1,5 +1,4 @@
-// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu,
-// moe_stream.cuh) and its device helpers: a q8 block is 32 activations as
+// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu) and its device helpers: a q8 block is 32 activations as
 // int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored with
 // the codes' negations so that one byte permute applies the weights' signs.
 #pragma once
