@@ -62,7 +62,8 @@ class ThreadPool {
   // a 4-byte atomic is a futex on its own address, while a wider one goes
   // through libstdc++'s shared proxy word. With 64 bits a caller once slept
   // forever in wait_done after every chunk had been claimed (a moetier bench
-  // at 2 threads, GCC 12); the proxy is the suspected cause, not a proven one.
+  // at 2 threads, GCC 12); the stale-worker claim that parallel_for now
+  // prevents (it sent this count below zero) can explain that hang too.
   std::atomic<int32_t> pending_{0};
   std::atomic<int> sleepers_{0};   // workers blocked in epoch_.wait
   std::atomic<bool> busy_{false};  // a job is running (jobs never nest)

@@ -142,10 +142,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     for (int r = 0; r < R2; ++r) cp_async16(at(b, r), (r < R ? gw : uw) + (r % R) * nbi + i);
     cp_async_commit();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {  // the warp's R rows only (R = 2: rows past inter unread)
       const uint8_t* p = (h == 0 ? gs : us) + i;
-      sn[h] = uint32_t(__ldg(p)) | uint32_t(__ldg(p + nbi)) << 8 |
-              uint32_t(__ldg(p + 2 * nbi)) << 16 | uint32_t(__ldg(p + 3 * nbi)) << 24;
+      sn[h] = 0;
+#pragma unroll
+      for (int r = 0; r < R; ++r) sn[h] |= uint32_t(__ldg(p + r * nbi)) << (8 * r);
     }
   };
   auto prep = [&] {
