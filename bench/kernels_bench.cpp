@@ -4,13 +4,15 @@
 //
 //   build/bench/kernels_bench [--benchmark_filter=REGEX] [--benchmark_repetitions=5]
 //
-// Arguments of each benchmark: rows, cols, n (rows of X), threads. Counters:
+// Arguments of each benchmark: rows, cols, n (rows of X), threads (1 and 2,
+// or the list in KERNELS_BENCH_THREADS, e.g. "1,2,16"). Counters:
 // MAC/s (multiply-adds per second) and weight bytes/s. The kernel path and
 // the MXFP4 activations come from MOETIER_CPU_KERNELS and MOETIER_CPU_ACT
 // (kernels/cpu/dispatch.h), or the Q8 / F32 benchmark variants below.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -77,8 +79,22 @@ void BM_mxfp4_f32(benchmark::State& st) {
   run(st, WeightEncoding::MXFP4, int(cpu::Activations::F32));
 }
 
+std::vector<int> thread_counts() {
+  std::vector<int> v;
+  if (const char* e = std::getenv("KERNELS_BENCH_THREADS"))
+    for (const char* p = e; *p;) {
+      char* end = nullptr;
+      const long t = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (t > 0) v.push_back(int(t));
+      p = *end ? end + 1 : end;
+    }
+  if (v.empty()) v = {1, 2};
+  return v;
+}
+
 void shapes_bf16(benchmark::internal::Benchmark* b) {
-  for (int t : {1, 2})
+  for (int t : thread_counts())
     for (auto s : std::vector<std::vector<int64_t>>{{8192, 256, 1},
                                                     {256, 256, 1},
                                                     {256, 256, 64},
@@ -90,7 +106,7 @@ void shapes_bf16(benchmark::internal::Benchmark* b) {
 }
 
 void shapes_mxfp4(benchmark::internal::Benchmark* b) {
-  for (int t : {1, 2})
+  for (int t : thread_counts())
     for (auto s :
          std::vector<std::vector<int64_t>>{{64, 256, 1},
                                            {256, 64, 1},

@@ -19,6 +19,9 @@
 #   bins skip                                        each decode op's cost in the graph (ARMS=...)
 #   bins llama_build q30 bench30 fuse30 ds4 llama30  the side by side with carried binaries
 #   bins llama_build_cpu q30 cpu30                   the CPU engine beside llama.cpp's CPU build (issue 12)
+#   bins llama_build_cpu q30 test wait_bg cpukern cputime30 cpu30
+#                                                    issue 12 on the machine's CPU: matmuls from DRAM,
+#                                                    each op's time, beside llama.cpp (nothing in the background)
 #   bins q30 pf30                                    the storage arm with next-layer prefetch and without
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -202,7 +205,7 @@ step_cpu30() {  # the CPU engine at real size beside llama.cpp's CPU path (16 th
   BACKEND=cpu JSON=$OUT/cpu30.json ARM_TIMEOUT=150 bench_arm \
     "moetier cpu arena 28% + host tier, 16 threads" --prompt-tokens 64 --gen 32 --runs 2 --threads 16 \
     --arena 28% --host-cache 17GiB
-  wait $CONVERT_PID 2>/dev/null
+  wait ${CONVERT_PID:-} 2>/dev/null
   local lb=$LB t0=$SECONDS  # the CPU-only build when step_llama_build_cpu ran, else the CUDA one
   if [ -f "$OUT/llama-build-cpu.log" ]; then
     lb=$LBC
@@ -213,6 +216,25 @@ step_cpu30() {  # the CPU engine at real size beside llama.cpp's CPU path (16 th
   [ -x $lb/bin/llama-bench ] && [ -f /tmp/q30.gguf ] || return 0
   CUDA_VISIBLE_DEVICES= timeout 150 $lb/bin/llama-bench -m /tmp/q30.gguf -p 64 -n 32 -ngl 0 -t 16 -r 2 \
     -o json >"$OUT/llama-cpu.json" 2>"$OUT/llama-cpu.err"; grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama-cpu.json"
+}
+step_wait_bg() {  # the background llama.cpp builds and GGUF conversion done (no CPU contention after)
+  wait ${CONVERT_PID:-} 2>/dev/null; tail -1 "$OUT/convert.log" 2>/dev/null
+  local t0=$SECONDS
+  for log in "$OUT/llama-build-cpu.log" "$OUT/llama-build.log"; do
+    [ -f "$log" ] || continue
+    while ! grep -q "build rc" "$log" && [ $((SECONDS - t0)) -lt ${LLAMA_WAIT:-240} ]; do sleep 5; done
+    tail -1 "$log"
+  done
+}
+step_cpukern() {  # the CPU matmuls from DRAM (kernels_bench) at 1, 8 and 16 threads
+  KERNELS_BENCH_THREADS=${KB_THREADS:-1,8,16} ./$B/bench/kernels_bench \
+    --benchmark_filter="${KB_FILTER:-65536}" --benchmark_min_time=0.3s 2>&1 |
+    tee "$OUT/kernels_bench.txt" | grep -E "^BM_" | awk '{print $1, $4, $5, $NF, $(NF-1), $(NF-2)}'
+}
+step_cputime30() {  # each CPU op's wall time (MOETIER_CPU_TIMING) of warm prefill and decode, 16 threads
+  MOETIER_CPU_TIMING=$OUT/cpu-timing.txt timeout 200 $M bench $Q30 --backend cpu --threads ${CPU_THREADS:-16} \
+    --prompt-tokens 64 --gen 64 --runs 2 --no-drop-cache --no-probe --ctx 8448 2>&1 | grep -E "run 2/2"
+  sort -rn "$OUT/cpu-timing.txt" | head -25
 }
 step_fuse30() {  # all-resident decode: norms and adds fused (default) and as separate ops, interleaved
   for r in $(seq ${AB_ROUNDS:-2}); do
@@ -366,7 +388,7 @@ step_profile() {  # kernel time per decode step and per 256-token prefill (nsys)
   done
 }
 step_llama30() {
-  wait $CONVERT_PID 2>/dev/null; tail -3 "$OUT/convert.log"
+  wait ${CONVERT_PID:-} 2>/dev/null; tail -3 "$OUT/convert.log"
   local t0=$SECONDS
   while [ ! -x $LB/bin/llama-bench ] && ! grep -q "build rc" "$OUT/llama-build.log" 2>/dev/null &&
     [ $((SECONDS - t0)) -lt ${LLAMA_WAIT:-240} ]; do sleep 5; done

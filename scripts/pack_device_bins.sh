@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T=(src/tools/moetier tests/test_backend_cuda tests/test_cuda_ops_cuda tests/test_cuda_fused_cuda
    tests/test_cuda_model_cuda
-   tests/test_golden_qwen3 bench/cuda_ops_bench)
+   tests/test_golden_qwen3 bench/cuda_ops_bench bench/kernels_bench)
 ninja -C build "${T[@]##*/}"
 mkdir -p .carry/debs
 tar -cJf .carry/bins.tar.xz "${T[@]/#/build/}"

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/buffer.h"
+#include "core/thread_pool.h"
 #include "experts/index.h"
 #include "format/safetensors.h"
 #include "io/reader.h"
@@ -51,6 +52,7 @@ nlohmann::json ModelBytes::to_json() const {
 nlohmann::json Bounds::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   if (device_copy) j["device_copy_bytes_per_s"] = *device_copy;
+  if (host_read) j["host_read_bytes_per_s"] = *host_read;
   if (host_to_device) j["host_to_device_bytes_per_s"] = *host_to_device;
   if (storage) j["storage_bytes_per_s"] = *storage;
   if (tensor_flops) j["tensor_flops_per_s"] = *tensor_flops;
@@ -92,6 +94,28 @@ double probe_device_copy(Backend& be) {
   be.copy(b.data(), a.data(), bytes);  // warm up (first touch)
   const double t = best_time(be, 5, [&] { be.copy(b.data(), a.data(), bytes); });
   return 2.0 * double(bytes) / t;
+}
+
+double probe_host_read() {
+  constexpr int64_t kWords = int64_t(1) << 27, kChunk = int64_t(1) << 19;  // 1 GiB, 4 MiB
+  std::vector<uint64_t> buf(static_cast<size_t>(kWords));  // [kWords]
+  for (int64_t i = 0; i < kWords; ++i) buf[size_t(i)] = uint64_t(i) * 0x9e3779b97f4a7c15ull;
+  std::vector<uint64_t> sums(static_cast<size_t>(kWords / kChunk));  // [chunks]: keeps the reads
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = Clock::now();
+    global_pool().parallel_for(kWords / kChunk, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        uint64_t s = 0;
+        for (int64_t i = c * kChunk; i < (c + 1) * kChunk; ++i) s += buf[size_t(i)];
+        sums[size_t(c)] = s;
+      }
+    });
+    best = std::min(best, seconds(t0));
+  }
+  volatile uint64_t keep = 0;
+  for (uint64_t s : sums) keep = keep + s;
+  return double(kWords * 8) / best;
 }
 
 double probe_host_to_device(Backend& be) {

@@ -38,6 +38,7 @@ ModelBytes model_bytes(const Checkpoint& ck, const ModelSpec& spec, const Expert
 
 struct Bounds {
   std::optional<double> device_copy;     // bytes read + written per second
+  std::optional<double> host_read;       // bytes/s read by every kernel thread (host backends)
   std::optional<double> host_to_device;  // bytes/s from pinned host memory
   std::optional<double> storage;         // bytes/s, random O_DIRECT expert reads
   std::optional<double> tensor_flops;    // bf16 matmul FLOP/s (a large chunk)
@@ -46,6 +47,9 @@ struct Bounds {
 
 // Device-to-device copy of 1 GiB (64 MiB on the host), best of 5.
 double probe_device_copy(Backend& be);
+// Host memory read by the kernels' threads (core/thread_pool.h) side by side,
+// 1 GiB (past any cache), best of 3: a host backend's decode bound.
+double probe_host_read();
 // Pinned host to device, 256 MiB (32 MiB on the host), best of 5.
 double probe_host_to_device(Backend& be);
 // bf16 weight [4096, 4096] times 4096 tokens (on the host [1024, 1024] x 128), best of 3.

@@ -68,10 +68,13 @@ uint64_t peak_rss_bytes() {
   return uint64_t(u.ru_maxrss) * 1024;
 }
 
-// Seconds per decode token at the bound, from the decode steps' counters.
+// Seconds per decode token at the bound, from the decode steps' counters: the
+// active bytes at the read bandwidth of the weights' memory (every thread's
+// reads on a host backend, else the device copy), or the tiers' misses.
 double decode_bound_s(const ModelBytes& mb, const Bounds& b, const Snap& d0, const Snap& d1,
                       int64_t steps) {
-  double compute = b.device_copy ? double(mb.active_per_token) / *b.device_copy : 0;
+  const std::optional<double> bw = b.host_read ? b.host_read : b.device_copy;
+  double compute = bw ? double(mb.active_per_token) / *bw : 0;
   double tiers = 0;
   if (steps > 0) {
     const double host = double(d1.host_copy - d0.host_copy) / double(steps);

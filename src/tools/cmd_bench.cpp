@@ -85,6 +85,7 @@ Bounds probe(Engine& e, const ExpertIndex& index, bool storage) {
   Bounds b;
   std::fprintf(stderr, "moetier: bench: measuring the machine's bounds\n");
   b.device_copy = probe_device_copy(e.backend());
+  if (e.backend().is_host()) b.host_read = probe_host_read();
   b.host_to_device = probe_host_to_device(e.backend());
   b.tensor_flops = probe_tensor_flops(e.backend());
   if (storage) b.storage = probe_storage(e.checkpoint(), index);

@@ -341,3 +341,62 @@ TEST(CpuBackendOps, ArgmaxIsTheFirstMaximum) {
   EXPECT_EQ(out, 0);
   EXPECT_THROW(be->argmax(x.data(), 0, &out), Error);
 }
+
+// matmul_many and matmul_glu compute each output as matmul (and silu_mul)
+// does: the same bits on every path, with q8 and f32 activations, at 1 and 3
+// threads, for tasks of mixed encodings and sizes (n 0, 1, 6 and 11: the
+// direct kernels and the scratch), some sharing one input.
+TEST(CpuKernels, MatmulManyAndGluGiveMatmulsBits) {
+  PathGuard guard;
+  std::mt19937 rng(41);
+  const int64_t cols = 320;
+  RandomMatrix ws[] = {RandomMatrix(WeightEncoding::MXFP4, 45, cols, rng),
+                       RandomMatrix(WeightEncoding::MXFP4, 45, cols, rng),
+                       RandomMatrix(WeightEncoding::BF16, 37, cols, rng),
+                       RandomMatrix(WeightEncoding::MXFP4, 300, cols, rng),
+                       RandomMatrix(WeightEncoding::MXFP4, 300, cols, rng)};
+  const int64_t ns[] = {6, 6, 1, 11, 0};
+  auto xa = randn(size_t(11 * cols), rng), xb = randn(size_t(11 * cols), rng);
+  const float* xs[] = {xa.data(), xa.data(), xb.data(), xb.data(), xa.data()};
+  for (auto act : {cpu::Activations::Q8, cpu::Activations::F32}) {
+    cpu::set_mxfp4_activations(act);
+    for (cpu::KernelPath p : paths()) {
+      cpu::set_kernel_path(p);
+      for (int threads : {1, 3}) {
+        cpu::set_threads(threads);
+        const std::string where = std::string(cpu::kernel_path_name(p)) + " " +
+                                  cpu::activations_name(act) + " threads " +
+                                  std::to_string(threads);
+        std::vector<std::vector<float>> sep(5), many(5);
+        std::vector<cpu::MatmulTask> tasks;
+        for (int i = 0; i < 5; ++i) {
+          sep[size_t(i)].assign(size_t(ns[i] * ws[i].view.rows), NAN);
+          many[size_t(i)].assign(sep[size_t(i)].size(), NAN);
+          cpu::matmul(ws[i].view, xs[i], ns[i], sep[size_t(i)].data());
+          tasks.push_back({ws[i].view, xs[i], ns[i], many[size_t(i)].data()});
+        }
+        cpu::matmul_many(tasks);
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(sep[size_t(i)], many[size_t(i)]) << i << " " << where;
+        // GLU: tasks (0, 1) on xa and (3, 4) on xb, n 6 and 9.
+        const int64_t gn[] = {6, 9};
+        std::vector<float> g[2], u[2], ref[2];
+        std::vector<cpu::GluTask> glu;
+        for (int k = 0; k < 2; ++k) {
+          const MatView &gw = ws[3 * k].view, &uw = ws[3 * k + 1].view;
+          const float* x = k ? xb.data() : xa.data();
+          const int64_t rows = gw.rows, n = gn[k];
+          std::vector<float> uref(size_t(n * rows));
+          ref[k].resize(size_t(n * rows));
+          cpu::matmul(gw, x, n, ref[k].data());
+          cpu::matmul(uw, x, n, uref.data());
+          cpu::silu_mul(ref[k].data(), uref.data(), n * rows);
+          g[k].assign(size_t(n * rows), NAN);
+          u[k].assign(size_t(n * rows), NAN);
+          glu.push_back({gw, uw, x, n, g[k].data(), u[k].data()});
+        }
+        cpu::matmul_glu(glu);
+        for (int k = 0; k < 2; ++k) EXPECT_EQ(g[k], ref[k]) << "glu " << k << " " << where;
+      }
+    }
+  }
+}

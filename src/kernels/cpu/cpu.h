@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
 
@@ -25,6 +26,30 @@ int threads();
 // over tiles of 4 rows; each output in the canonical order of
 // kernels/cpu/tile.h. y must not alias x.
 void matmul(const MatView& w, const float* x, int64_t n, float* y);
+
+// Several matmuls in one parallel run (their tiles handed out together, so
+// one wait instead of one per matmul): each y computed exactly as matmul
+// computes it. Tasks with the same x, n and cols (gate and up of one input)
+// prepare their activations once. No y may alias any x.
+struct MatmulTask {
+  MatView w;
+  const float* x;  // [n, w.cols]
+  int64_t n;
+  float* y;        // [n, w.rows]
+};
+void matmul_many(std::span<const MatmulTask> tasks);
+
+// SwiGLU's first half for several inputs in one parallel run: for each task
+// g [n, rows] = silu(x gate^T) * (x up^T), computed as matmul, matmul and
+// silu_mul compute it (u [n, rows] holds x up^T). gate and up of one shape.
+struct GluTask {
+  MatView gate, up;
+  const float* x;  // [n, gate.cols]
+  int64_t n;
+  float* g;        // [n, gate.rows]
+  float* u;        // [n, gate.rows]
+};
+void matmul_glu(std::span<const GluTask> tasks);
 
 // out [cols] = row r of w decoded to f32 (embedding lookup).
 void get_row(const MatView& w, int64_t r, float* out);

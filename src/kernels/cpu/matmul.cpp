@@ -4,7 +4,8 @@
 // token's row of Y is bit-identical whatever n is (batch invariance).
 //
 // Work split: rows are cut into tiles of 4; the thread pool (core/thread_pool.h)
-// hands out chunks of kTilesPerChunk tiles. Per tile:
+// hands out chunks of kTilesPerChunk tiles, of one matmul or, in matmul_many,
+// of several side by side (their tiles numbered one after another). Per tile:
 //   - n == 1 on the AVX2 path (f32, bf16, mxfp4 with cols % 8 == 0) or the
 //     AVX-512 path (f32, bf16 with cols % 16 == 0): the 4 rows are decoded in
 //     registers inside the dot products (decode steps);
@@ -14,6 +15,7 @@
 // Both give the same bits: the same decoded values in the same order.
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -77,7 +79,7 @@ void decode_row(const MatView& w, int64_t r, float* dst, int64_t padded) {
 }
 
 struct Job {
-  const MatView& w;
+  MatView w;
   const float* x;         // [n, ld] zero-padded past cols
   int64_t n, ld, groups;  // groups of 8 columns (16 on the AVX-512 path)
   float* y;               // [n, rows]
@@ -168,6 +170,59 @@ void run_tiles(const Job& j, int64_t tile0, int64_t tile1) {
   for (int64_t t = tile0; t < tile1; ++t) tile_scratch(j, 4 * t, scratch.data());
 }
 
+// One matmul of a matmul_many run, its activations in its kernel's form. The
+// vectors are its own storage (kept across calls: the per-thread plan list).
+struct Plan {
+  bool q8 = false;
+  detail::Q8Job q8job{};
+  Job job{};
+  int64_t tiles = 0;
+  std::vector<int8_t> q;
+  std::vector<float> d, xpad;
+};
+
+// Plan p of task t; an earlier q8 plan of the same x, n and cols (gate and up
+// of one input) lends its quantized copy.
+void prepare(const MatmulTask& t, KernelPath path, std::span<Plan> earlier, Plan& p) {
+  const MatView& w = t.w;
+  p.tiles = (w.rows + 3) / 4;
+  p.q8 = w.enc == WeightEncoding::MXFP4 && mxfp4_activations() == Activations::Q8;
+  for (const Plan& e : earlier) {
+    if (p.q8 && e.q8 && e.tiles > 0 && e.job.x == t.x && e.job.n == t.n && e.job.w.cols == w.cols) {
+      p.q8job = detail::share_mxfp4_q8(e.q8job, w, t.y);
+      p.job = e.job;  // the task's x, n, cols (for later matches)
+      return;
+    }
+  }
+  if (p.q8) {
+    p.q8job = detail::prepare_mxfp4_q8(w, t.x, t.n, t.y, path, p.q, p.d);
+    p.job.x = t.x, p.job.n = t.n, p.job.w = w;
+    return;
+  }
+  const int64_t width = path == KernelPath::Avx512 ? 16 : 8;
+  const int64_t groups = (w.cols + width - 1) / width, ld = groups * width;
+  // X padded with zeros to whole groups (a copy only when cols is not a multiple).
+  const float* xp = t.x;
+  if (ld != w.cols) {
+    p.xpad.assign(size_t(t.n * ld), 0.0f);
+    for (int64_t r = 0; r < t.n; ++r) std::copy_n(t.x + r * w.cols, w.cols, p.xpad.data() + r * ld);
+    xp = p.xpad.data();
+  }
+  // One token straight from the stored rows (no AVX-512 MXFP4 f32 kernel:
+  // there those decode through the scratch, as batches do).
+  const bool direct = path != KernelPath::Portable && t.n == 1 && ld == w.cols &&
+                      w.enc != WeightEncoding::CB3 &&
+                      !(path == KernelPath::Avx512 && w.enc == WeightEncoding::MXFP4);
+  p.job = Job{w, xp, t.n, ld, groups, t.y, path, direct};
+}
+
+void run_plan(const Plan& p, int64_t tile0, int64_t tile1) {
+  if (p.q8)
+    detail::run_q8_tiles(p.q8job, tile0, tile1);
+  else
+    run_tiles(p.job, tile0, tile1);
+}
+
 }  // namespace
 
 void set_threads(int n) { set_global_threads(n); }
@@ -184,31 +239,94 @@ void get_row(const MatView& w, int64_t r, float* out) {
 }
 
 void matmul(const MatView& w, const float* x, int64_t n, float* y) {
-  kernels::check_matview(w, "cpu::matmul");
-  if (n <= 0 || w.rows <= 0) return;
-  if (w.enc == WeightEncoding::MXFP4 && mxfp4_activations() == Activations::Q8)
-    return detail::matmul_mxfp4_q8(w, x, n, y);
+  const MatmulTask t{w, x, n, y};
+  matmul_many({&t, 1});
+}
+
+namespace {
+
+// Plans of tasks into plans [tasks] (kept across calls); first [tasks + 1]
+// the first tile of each in the run's numbering. Returns the multiply-adds.
+int64_t prepare_all(std::span<const MatmulTask> tasks, std::vector<Plan>& plans,
+                    std::vector<int64_t>& first) {
+  for (const MatmulTask& t : tasks) kernels::check_matview(t.w, "cpu::matmul");
+  if (plans.size() < tasks.size()) plans.resize(tasks.size());
+  first.assign(1, 0);
   const KernelPath path = kernel_path();
-  const int64_t width = path == KernelPath::Avx512 ? 16 : 8;
-  const int64_t groups = (w.cols + width - 1) / width, ld = groups * width;
-  // X padded with zeros to whole groups (a copy only when cols is not a multiple).
-  thread_local std::vector<float> xpad;
-  const float* xp = x;
-  if (ld != w.cols) {
-    xpad.assign(size_t(n * ld), 0.0f);
-    for (int64_t t = 0; t < n; ++t) std::copy_n(x + t * w.cols, w.cols, xpad.data() + t * ld);
-    xp = xpad.data();
+  int64_t macs = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Plan& p = plans[i];
+    const MatmulTask& t = tasks[i];
+    p.tiles = 0;
+    if (t.n > 0 && t.w.rows > 0) {
+      prepare(t, path, std::span<Plan>(plans.data(), i), p);
+      macs += t.w.rows * t.w.cols * t.n;
+    }
+    first.push_back(first.back() + p.tiles);
   }
-  // One token straight from the stored rows (no AVX-512 MXFP4 f32 kernel:
-  // there those decode through the scratch, as batches do).
-  const bool direct = path != KernelPath::Portable && n == 1 && ld == w.cols &&
-                      w.enc != WeightEncoding::CB3 &&
-                      !(path == KernelPath::Avx512 && w.enc == WeightEncoding::MXFP4);
-  const Job job{w, xp, n, ld, groups, y, path, direct};
-  const int64_t tiles = (w.rows + 3) / 4;
-  const bool parallel = w.rows * w.cols * n >= kParallelMin;
-  global_pool().parallel_for(tiles, parallel ? kTilesPerChunk : tiles,
-                             [&job](int64_t t0, int64_t t1) { run_tiles(job, t0, t1); });
+  return macs;
+}
+
+// fn(i, tile0, tile1) for the tiles of item i among [g0, g1) of the run's
+// numbering (first [items + 1]).
+template <class Fn>
+void for_items(const int64_t* first, size_t items, int64_t g0, int64_t g1, const Fn& fn) {
+  size_t i = size_t(std::upper_bound(first, first + items + 1, g0) - first) - 1;
+  for (; g0 < g1; ++i) {
+    const int64_t end = std::min(g1, first[i + 1]);
+    if (end > g0) fn(i, g0 - first[i], end - first[i]);
+    g0 = std::max(g0, end);
+  }
+}
+
+}  // namespace
+
+void matmul_many(std::span<const MatmulTask> tasks) {
+  thread_local std::vector<Plan> plans;
+  thread_local std::vector<int64_t> first;
+  const int64_t macs = prepare_all(tasks, plans, first);
+  const int64_t tiles = first.back();
+  if (tiles == 0) return;
+  const Plan* pl = plans.data();
+  const int64_t* f = first.data();
+  const size_t count = tasks.size();
+  global_pool().parallel_for(
+      tiles, macs >= kParallelMin ? kTilesPerChunk : tiles, [pl, f, count](int64_t g0, int64_t g1) {
+        for_items(f, count, g0, g1, [pl](size_t i, int64_t t0, int64_t t1) { run_plan(pl[i], t0, t1); });
+      });
+}
+
+void matmul_glu(std::span<const GluTask> tasks) {
+  thread_local std::vector<MatmulTask> mm;  // [2 * tasks]: gate, up of each
+  thread_local std::vector<Plan> plans;
+  thread_local std::vector<int64_t> first, glu_first;  // [2 tasks + 1], [tasks + 1]
+  mm.clear();
+  for (const GluTask& t : tasks) {
+    check(t.gate.rows == t.up.rows && t.gate.cols == t.up.cols,
+          "cpu::matmul_glu: gate [{}, {}] and up [{}, {}] differ", t.gate.rows, t.gate.cols,
+          t.up.rows, t.up.cols);
+    mm.push_back({t.gate, t.x, t.n, t.g});
+    mm.push_back({t.up, t.x, t.n, t.u});
+  }
+  const int64_t macs = prepare_all(mm, plans, first);
+  glu_first.assign(1, 0);
+  for (size_t i = 0; i < tasks.size(); ++i) glu_first.push_back(glu_first.back() + plans[2 * i].tiles);
+  const int64_t tiles = glu_first.back();
+  if (tiles == 0) return;
+  const Plan* pl = plans.data();
+  const int64_t* f = glu_first.data();
+  const GluTask* ts = tasks.data();
+  const size_t count = tasks.size();
+  auto tile_run = [pl, ts](size_t i, int64_t t0, int64_t t1) {
+    run_plan(pl[2 * i], t0, t1);
+    run_plan(pl[2 * i + 1], t0, t1);
+    const GluTask& t = ts[i];
+    const int64_t rows = t.gate.rows, r0 = 4 * t0, r1 = std::min(rows, 4 * t1);
+    for (int64_t r = 0; r < t.n; ++r) silu_mul(t.g + r * rows + r0, t.u + r * rows + r0, r1 - r0);
+  };
+  global_pool().parallel_for(
+      tiles, macs >= kParallelMin ? kTilesPerChunk : tiles,
+      [f, count, &tile_run](int64_t g0, int64_t g1) { for_items(f, count, g0, g1, tile_run); });
 }
 
 }  // namespace moetier::cpu

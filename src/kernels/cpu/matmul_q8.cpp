@@ -1,6 +1,6 @@
 // Y [n, rows] = X [n, cols] W^T for MXFP4 weights with q8 activations
 // (kernels/cpu/q8.h): each row of X is quantized once per call, then the rows
-// of W are cut into tiles of 4 that the thread pool hands out in chunks.
+// of W are cut into tiles of 4 that cpu::matmul_many hands to the thread pool.
 // Per tile:
 //   - n == 1 on the AVX2 path, n <= kQ8DirectMax on the AVX-512 path: the
 //     4 rows are decoded in registers inside the integer dot products (decode
@@ -11,25 +11,13 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/q8.h"
 
 namespace moetier::cpu::detail {
 namespace {
 
-constexpr int64_t kTilesPerChunk = 4;
-constexpr int64_t kParallelMin = int64_t(1) << 17;  // multiply-adds
-constexpr int64_t kTokensPerStep = 16;              // rows of X per q8_tile4 call
-
-struct Q8Job {
-  const MatView& w;
-  const int8_t* q;  // [n, cols]
-  const float* d;   // [n, blocks]
-  int64_t n, blocks;
-  float* y;         // [n, rows]
-  KernelPath path;  // avx512: its VNNI kernels (the AVX2 kernels' bits), else avx2's
-};
+constexpr int64_t kTokensPerStep = 16;  // rows of X per q8_tile4 call
 
 void row_ptrs(const Q8Job& j, int64_t r0, const uint8_t** codes, const uint8_t** scales) {
   for (int i = 0; i < 4; ++i) {
@@ -75,7 +63,9 @@ void tile_scratch(const Q8Job& j, int64_t r0, std::vector<uint8_t>& u, std::vect
   }
 }
 
-void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
+}  // namespace
+
+void run_q8_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
   const bool avx512 = j.path == KernelPath::Avx512;
   if ((j.path == KernelPath::Avx2 && j.n == 1) || (avx512 && j.n <= kQ8DirectMax)) {
     const int64_t cols = 32 * j.blocks;
@@ -96,27 +86,25 @@ void run_tiles(const Q8Job& j, int64_t tile0, int64_t tile1) {
   for (int64_t t = tile0; t < tile1; ++t) tile_scratch(j, 4 * t, u, s);
 }
 
-}  // namespace
-
-void matmul_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y) {
+Q8Job prepare_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y, KernelPath path,
+                       std::vector<int8_t>& q, std::vector<float>& d) {
   const int64_t blocks = w.cols / 32;
-  const KernelPath path = kernel_path();
-  const bool vector = vector_path(path);
-  thread_local std::vector<int8_t> q;  // [n, cols]
-  thread_local std::vector<float> d;   // [n, blocks]
   q.resize(size_t(n * w.cols));
   d.resize(size_t(n * blocks));
   for (int64_t t = 0; t < n; ++t) {
-    if (vector)
+    if (vector_path(path))
       quantize_q8_avx2(x + t * w.cols, blocks, q.data() + t * w.cols, d.data() + t * blocks);
     else
       quantize_q8_portable(x + t * w.cols, blocks, q.data() + t * w.cols, d.data() + t * blocks);
   }
-  const Q8Job job{w, q.data(), d.data(), n, blocks, y, path};
-  const int64_t tiles = (w.rows + 3) / 4;
-  const bool parallel = w.rows * w.cols * n >= kParallelMin;
-  global_pool().parallel_for(tiles, parallel ? kTilesPerChunk : tiles,
-                             [&job](int64_t t0, int64_t t1) { run_tiles(job, t0, t1); });
+  return Q8Job{w, q.data(), d.data(), n, blocks, y, path};
+}
+
+Q8Job share_mxfp4_q8(const Q8Job& prepared, const MatView& w, float* y) {
+  Q8Job j = prepared;
+  j.w = w;
+  j.y = y;
+  return j;
 }
 
 }  // namespace moetier::cpu::detail

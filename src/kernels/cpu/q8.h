@@ -27,8 +27,10 @@
 
 #include <bit>
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace moetier::cpu::detail {
 
@@ -98,8 +100,23 @@ void q8_direct4_mxfp4_avx512(const uint8_t* const codes[4], const uint8_t* const
                              const int8_t* q, const float* d, int64_t ldq, int64_t ldd,
                              int64_t blocks, int64_t n, float* out);
 
-// Y [n, rows] = X [n, cols] W^T for MXFP4 w in the q8 order, threaded over
-// tiles of 4 rows (kernels/cpu/matmul_q8.cpp). Called by cpu::matmul.
-void matmul_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y);
+// Y [n, rows] = X [n, cols] W^T for MXFP4 w in the q8 order, in two steps
+// (cpu::matmul_many runs several such jobs in one parallel run):
+// prepare_mxfp4_q8 quantizes X into q [n, cols] and d [n, blocks] (the
+// caller's storage, which must outlive the job); run_q8_tiles computes the
+// outputs of tiles [tile0, tile1) of 4 rows, on any thread.
+struct Q8Job {
+  MatView w;
+  const int8_t* q;  // [n, cols]
+  const float* d;   // [n, blocks]
+  int64_t n, blocks;
+  float* y;         // [n, rows]
+  KernelPath path;  // avx512: its VNNI kernels (the AVX2 kernels' bits), else avx2's
+};
+Q8Job prepare_mxfp4_q8(const MatView& w, const float* x, int64_t n, float* y, KernelPath path,
+                       std::vector<int8_t>& q, std::vector<float>& d);
+// A job on X already quantized by another job's prepare (the same x, n and cols).
+Q8Job share_mxfp4_q8(const Q8Job& prepared, const MatView& w, float* y);
+void run_q8_tiles(const Q8Job& j, int64_t tile0, int64_t tile1);
 
 }  // namespace moetier::cpu::detail
