@@ -20,6 +20,7 @@
 #   bins llama_build q30 bench30 fuse30 ds4 llama30  the side by side with carried binaries
 #   bins llama_build_cpu q30 cpu30                   the CPU engine beside llama.cpp's CPU build (issue 12)
 #   bins llama_build_cpu q30 test wait_bg cpukern cputime30 cpu30
+#   bins llama_build_cpu q30 wait_bg cpukern cpuab30  the CPU side by side, interleaved, 16/8/2/1 threads
 #                                                    issue 12 on the machine's CPU: matmuls from DRAM,
 #                                                    each op's time, beside llama.cpp (nothing in the background)
 #   bins q30 pf30                                    the storage arm with next-layer prefetch and without
@@ -235,6 +236,49 @@ step_cputime30() {  # each CPU op's wall time (MOETIER_CPU_TIMING) of warm prefi
   MOETIER_CPU_TIMING=$OUT/cpu-timing.txt timeout 200 $M bench $Q30 --backend cpu --threads ${CPU_THREADS:-16} \
     --prompt-tokens 64 --gen 64 --runs 2 --no-drop-cache --no-probe --ctx 8448 2>&1 | grep -E "run 2/2"
   sort -rn "$OUT/cpu-timing.txt" | head -25
+}
+# peak_rss NAME PATTERN STDOUT STDERR CMD...: runs CMD (output to those files),
+# polling the VmHWM (peak resident set) of the processes matching PATTERN
+# each half second; prints the largest.
+peak_rss() {
+  local name=$1 pat=$2 o=$3 e=$4; shift 4
+  "$@" >"$o" 2>"$e" &
+  local pid=$! hwm=0 v p
+  while kill -0 $pid 2>/dev/null; do
+    for p in $(pgrep -f "$pat"); do
+      v=$(awk '/VmHWM/ {print $2}' /proc/$p/status 2>/dev/null)
+      [ -n "$v" ] && [ "$v" -gt "$hwm" ] && hwm=$v
+    done
+    sleep 0.5
+  done
+  wait $pid
+  echo "$name peak rss $(awk -v k=$hwm 'BEGIN {printf "%.2f", k / 1048576}') GiB"
+}
+step_cpuab30() {  # the CPU engine and llama.cpp's CPU build interleaved: 16, 8, 2 and 1 threads,
+  # then 16 threads with 4 cores kept busy by other work; llama.cpp's peak resident memory
+  # (moetier's is in its JSON: peak_host_bytes)
+  local lb=$LBC/bin/llama-bench j=$OUT/cpuab.json
+  [ -x $lb ] && [ -f /tmp/q30.gguf ] || { echo "no llama-bench or gguf"; return 1; }
+  for spec in 16:2:64:32 8:1:64:32 2:1:64:32 1:1:32:16 16c:1:64:32; do
+    IFS=: read -r t rounds p g <<<"$spec"
+    local th=${t%c} burn=() what="" probe
+    if [ "$t" != "$th" ]; then
+      for i in 1 2 3 4; do (while :; do :; done) & burn+=($!); done
+      what=", 4 cores busy"
+    fi
+    for r in $(seq $rounds); do
+      probe=--no-probe; [ "$t" = 16 ] && [ $r = 1 ] && probe=
+      BACKEND=cpu JSON=$j ARM_TIMEOUT=200 bench_arm "moetier cpu all resident, $th threads$what, round $r" \
+        --prompt-tokens $p --gen $g --runs 2 --threads $th $probe | grep -E "^custom"
+      peak_rss "llama t$t r$r" "llama-bench -m" "$OUT/llama-cpu-t$t-r$r.json" "$OUT/llama-cpu-t$t-r$r.err" \
+        env CUDA_VISIBLE_DEVICES= $lb -m /tmp/q30.gguf -p $p -n $g -ngl 0 -t $th -r 2 -o json
+      grep -E '"avg_ts"' "$OUT/llama-cpu-t$t-r$r.json" | tr -d ' \n'; echo
+    done
+    [ ${#burn[@]} -gt 0 ] && kill ${burn[@]} 2>/dev/null
+  done
+  BACKEND=cpu JSON=$j ARM_TIMEOUT=200 bench_arm "moetier cpu arena 28% + host tier, 16 threads" \
+    --prompt-tokens 64 --gen 32 --runs 2 --threads 16 --arena 28% --host-cache 17GiB --no-probe |
+    grep -E "^custom"
 }
 step_fuse30() {  # all-resident decode: norms and adds fused (default) and as separate ops, interleaved
   for r in $(seq ${AB_ROUNDS:-2}); do

@@ -15,5 +15,5 @@ tar -cJf .carry/bins.tar.xz "${T[@]/#/build/}"
 git rev-parse --short HEAD >.carry/bins-commit
 git diff --quiet HEAD -- src tests bench || echo "$(cat .carry/bins-commit)-dirty" >.carry/bins-commit
 echo "$PWD" >.carry/bins-source-dir
-(cd .carry/debs && apt-get download liburing2 libfmt9 libutf8proc2 >/dev/null 2>&1 || true)
+(cd .carry/debs && apt-get download liburing2 libfmt9 libutf8proc2 libbenchmark1debian >/dev/null 2>&1 || true)
 ls -la .carry/bins.tar.xz; cat .carry/bins-commit

@@ -4,8 +4,9 @@
 // token's row of Y is bit-identical whatever n is (batch invariance).
 //
 // Work split: rows are cut into tiles of 4; the thread pool (core/thread_pool.h)
-// hands out chunks of kTilesPerChunk tiles, of one matmul or, in matmul_many,
-// of several side by side (their tiles numbered one after another). Per tile:
+// hands out chunks of consecutive tiles (grain()), of one matmul or, in
+// matmul_many, of several side by side (their tiles numbered one after
+// another). Per tile:
 //   - n == 1 on the AVX2 path (f32, bf16, mxfp4 with cols % 8 == 0) or the
 //     AVX-512 path (f32, bf16 with cols % 16 == 0): the 4 rows are decoded in
 //     registers inside the dot products (decode steps);
@@ -31,7 +32,12 @@
 namespace moetier::cpu {
 namespace {
 
-constexpr int64_t kTilesPerChunk = 4;
+// A chunk reads about this many weight bytes (one stream the prefetchers can
+// follow: a 768-column MXFP4 tile is 1.6 KB, and chunks of 4 such tiles ran
+// at about half the rate of bf16's 64 KB chunks at 16 threads), unless that
+// leaves fewer than kChunksPerThread chunks per thread to balance the load.
+constexpr int64_t kChunkBytes = int64_t(64) << 10;
+constexpr int64_t kChunksPerThread = 4;
 // Below this many multiply-adds a parallel run costs more than it saves.
 constexpr int64_t kParallelMin = int64_t(1) << 17;
 
@@ -225,6 +231,14 @@ void run_plan(const Plan& p, int64_t tile0, int64_t tile1) {
 
 }  // namespace
 
+// Tiles per chunk of a run of `tiles` tiles reading `bytes` of weights.
+int64_t grain(int64_t tiles, int64_t bytes) {
+  const int64_t per_tile = std::max<int64_t>(1, bytes / std::max<int64_t>(1, tiles));
+  const int64_t want = (kChunkBytes + per_tile - 1) / per_tile;
+  const int64_t cap = tiles / (kChunksPerThread * global_pool().threads());
+  return std::clamp<int64_t>(std::min(want, cap), 1, tiles);
+}
+
 void set_threads(int n) { set_global_threads(n); }
 int threads() { return global_pool().threads(); }
 
@@ -245,26 +259,32 @@ void matmul(const MatView& w, const float* x, int64_t n, float* y) {
 
 namespace {
 
+// Multiply-adds and weight bytes of a run.
+struct RunSize {
+  int64_t macs = 0, bytes = 0;
+};
+
 // Plans of tasks into plans [tasks] (kept across calls); first [tasks + 1]
-// the first tile of each in the run's numbering. Returns the multiply-adds.
-int64_t prepare_all(std::span<const MatmulTask> tasks, std::vector<Plan>& plans,
+// the first tile of each in the run's numbering.
+RunSize prepare_all(std::span<const MatmulTask> tasks, std::vector<Plan>& plans,
                     std::vector<int64_t>& first) {
   for (const MatmulTask& t : tasks) kernels::check_matview(t.w, "cpu::matmul");
   if (plans.size() < tasks.size()) plans.resize(tasks.size());
   first.assign(1, 0);
   const KernelPath path = kernel_path();
-  int64_t macs = 0;
+  RunSize size;
   for (size_t i = 0; i < tasks.size(); ++i) {
     Plan& p = plans[i];
     const MatmulTask& t = tasks[i];
     p.tiles = 0;
     if (t.n > 0 && t.w.rows > 0) {
       prepare(t, path, std::span<Plan>(plans.data(), i), p);
-      macs += t.w.rows * t.w.cols * t.n;
+      size.macs += t.w.rows * t.w.cols * t.n;
+      size.bytes += t.w.rows * kernels::row_bytes(t.w);
     }
     first.push_back(first.back() + p.tiles);
   }
-  return macs;
+  return size;
 }
 
 // fn(i, tile0, tile1) for the tiles of item i among [g0, g1) of the run's
@@ -284,14 +304,15 @@ void for_items(const int64_t* first, size_t items, int64_t g0, int64_t g1, const
 void matmul_many(std::span<const MatmulTask> tasks) {
   thread_local std::vector<Plan> plans;
   thread_local std::vector<int64_t> first;
-  const int64_t macs = prepare_all(tasks, plans, first);
+  const RunSize size = prepare_all(tasks, plans, first);
   const int64_t tiles = first.back();
   if (tiles == 0) return;
   const Plan* pl = plans.data();
   const int64_t* f = first.data();
   const size_t count = tasks.size();
   global_pool().parallel_for(
-      tiles, macs >= kParallelMin ? kTilesPerChunk : tiles, [pl, f, count](int64_t g0, int64_t g1) {
+      tiles, size.macs >= kParallelMin ? grain(tiles, size.bytes) : tiles,
+      [pl, f, count](int64_t g0, int64_t g1) {
         for_items(f, count, g0, g1, [pl](size_t i, int64_t t0, int64_t t1) { run_plan(pl[i], t0, t1); });
       });
 }
@@ -308,7 +329,7 @@ void matmul_glu(std::span<const GluTask> tasks) {
     mm.push_back({t.gate, t.x, t.n, t.g});
     mm.push_back({t.up, t.x, t.n, t.u});
   }
-  const int64_t macs = prepare_all(mm, plans, first);
+  const RunSize size = prepare_all(mm, plans, first);
   glu_first.assign(1, 0);
   for (size_t i = 0; i < tasks.size(); ++i) glu_first.push_back(glu_first.back() + plans[2 * i].tiles);
   const int64_t tiles = glu_first.back();
@@ -325,7 +346,7 @@ void matmul_glu(std::span<const GluTask> tasks) {
     for (int64_t r = 0; r < t.n; ++r) silu_mul(t.g + r * rows + r0, t.u + r * rows + r0, r1 - r0);
   };
   global_pool().parallel_for(
-      tiles, macs >= kParallelMin ? kTilesPerChunk : tiles,
+      tiles, size.macs >= kParallelMin ? grain(tiles, size.bytes) : tiles,
       [f, count, &tile_run](int64_t g0, int64_t g1) { for_items(f, count, g0, g1, tile_run); });
 }
 
