@@ -229,7 +229,7 @@ step_wait_bg() {  # the background llama.cpp builds and GGUF conversion done (no
 }
 step_cpukern() {  # the CPU matmuls from DRAM (kernels_bench) at 1, 8 and 16 threads
   KERNELS_BENCH_THREADS=${KB_THREADS:-1,8,16} ./$B/bench/kernels_bench \
-    --benchmark_filter="${KB_FILTER:-65536}" --benchmark_min_time=0.3s 2>&1 |
+    --benchmark_filter="${KB_FILTER:-65536}" --benchmark_min_time=0.3 2>&1 |
     tee "$OUT/kernels_bench.txt" | grep -E "^BM_" | awk '{print $1, $4, $5, $NF, $(NF-1), $(NF-2)}'
 }
 step_cputime30() {  # each CPU op's wall time (MOETIER_CPU_TIMING) of warm prefill and decode, 16 threads
@@ -259,7 +259,8 @@ step_cpuab30() {  # the CPU engine and llama.cpp's CPU build interleaved: 16, 8,
   # (moetier's is in its JSON: peak_host_bytes)
   local lb=$LBC/bin/llama-bench j=$OUT/cpuab.json
   [ -x $lb ] && [ -f /tmp/q30.gguf ] || { echo "no llama-bench or gguf"; return 1; }
-  for spec in 16:2:64:32 8:1:64:32 2:1:64:32 1:1:32:16 16c:1:64:32; do
+  # CPUAB_SPECS: THREADS[c]:ROUNDS:PROMPT:GEN each (c: with 4 cores busy)
+  for spec in ${CPUAB_SPECS:-16:2:64:32 8:1:64:32 2:1:64:32 1:1:32:16 16c:1:64:32}; do
     IFS=: read -r t rounds p g <<<"$spec"
     local th=${t%c} burn=() what="" probe
     if [ "$t" != "$th" ]; then
@@ -276,6 +277,7 @@ step_cpuab30() {  # the CPU engine and llama.cpp's CPU build interleaved: 16, 8,
     done
     [ ${#burn[@]} -gt 0 ] && kill ${burn[@]} 2>/dev/null
   done
+  [ "${CPUAB_HOST:-1}" = 1 ] || return 0
   BACKEND=cpu JSON=$j ARM_TIMEOUT=200 bench_arm "moetier cpu arena 28% + host tier, 16 threads" \
     --prompt-tokens 64 --gen 32 --runs 2 --threads 16 --arena 28% --host-cache 17GiB --no-probe |
     grep -E "^custom"

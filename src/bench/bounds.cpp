@@ -98,7 +98,7 @@ double probe_device_copy(Backend& be) {
 
 double probe_host_read() {
   constexpr int64_t kWords = int64_t(1) << 27, kChunk = int64_t(1) << 19;  // 1 GiB, 4 MiB
-  std::vector<uint64_t> buf(static_cast<size_t>(kWords));  // [kWords]
+  std::vector<uint64_t> buf(static_cast<size_t>(kWords));                  // [kWords]
   for (int64_t i = 0; i < kWords; ++i) buf[size_t(i)] = uint64_t(i) * 0x9e3779b97f4a7c15ull;
   std::vector<uint64_t> sums(static_cast<size_t>(kWords / kChunk));  // [chunks]: keeps the reads
   double best = 1e30;

@@ -400,3 +400,42 @@ TEST(CpuKernels, MatmulManyAndGluGiveMatmulsBits) {
     }
   }
 }
+
+// bf16 activations (kernels/cpu/bf16.h; the q8 mode on an AVX-512 BF16 CPU):
+// within the rounding of X to bf16 of the exact product, batch- and
+// thread-invariant, a NaN in X never hidden.
+TEST(CpuKernels, Bf16ActivationsAreCloseBatchAndThreadInvariant) {
+  if (!cpu::cpu_has_avx512bf16()) GTEST_SKIP() << "no AVX-512 BF16";
+  PathGuard guard;
+  cpu::set_kernel_path(cpu::KernelPath::Avx512);
+  cpu::set_mxfp4_activations(cpu::Activations::Q8);
+  ASSERT_TRUE(cpu::bf16_activations());
+  std::mt19937 rng(43);
+  for (auto [rows, cols] : {std::array<int64_t, 2>{67, 1000}, std::array<int64_t, 2>{9, 2048},
+                            std::array<int64_t, 2>{130, 37}, std::array<int64_t, 2>{301, 1024}}) {
+    RandomMatrix w(WeightEncoding::BF16, rows, cols, rng);
+    const int64_t n = 7;
+    auto x = randn(size_t(n * cols), rng);
+    std::vector<float> ref(size_t(n * rows));
+    ref::matmul(w.view, x.data(), n, ref.data());
+    std::vector<float> first;
+    for (int threads : {1, 3}) {
+      cpu::set_threads(threads);
+      std::vector<float> all(size_t(n * rows), NAN), one(size_t(n * rows), NAN);
+      cpu::matmul(w.view, x.data(), n, all.data());
+      for (int64_t t = 0; t < n; ++t)
+        cpu::matmul(w.view, x.data() + t * cols, 1, one.data() + t * rows);
+      EXPECT_EQ(all, one) << rows << "x" << cols << " threads " << threads;
+      // X rounded to bf16: each element within 2^-9 relative; the sums' error is smaller.
+      EXPECT_LE(rel_err(all, ref), 4e-3) << rows << "x" << cols;
+      EXPECT_GT(rel_err(all, ref), 0.0) << "bf16 activations should round X";
+      if (first.empty()) first = all;
+      EXPECT_EQ(all, first) << "threads " << threads;
+    }
+    x[size_t(cols + 3)] = NAN;  // token 1
+    std::vector<float> y(size_t(n * rows));
+    cpu::matmul(w.view, x.data(), n, y.data());
+    for (int64_t r = 0; r < rows; ++r) EXPECT_TRUE(std::isnan(y[size_t(rows + r)])) << r;
+    EXPECT_FALSE(std::isnan(y[0]));
+  }
+}

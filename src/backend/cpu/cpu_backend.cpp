@@ -1,6 +1,8 @@
 // The CPU backend: host memory, kernels/cpu on the global thread pool. Ops run
 // synchronously on the calling thread (and the pool), so to_host and
 // synchronize have nothing to wait for. Weights are used in place.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -8,8 +10,6 @@
 #include <map>
 #include <numeric>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "backend/backend.h"
 #include "core/atomic_file.h"
@@ -63,7 +63,8 @@ class OpScope {
   }
   ~OpScope() {
     if (t_.on())
-      t_.add(name_(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+      t_.add(name_(),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -76,10 +77,14 @@ class OpScope {
 
 const char* enc_name(WeightEncoding e) {
   switch (e) {
-    case WeightEncoding::F32: return "f32";
-    case WeightEncoding::BF16: return "bf16";
-    case WeightEncoding::MXFP4: return "mxfp4";
-    case WeightEncoding::CB3: return "cb3";
+    case WeightEncoding::F32:
+      return "f32";
+    case WeightEncoding::BF16:
+      return "bf16";
+    case WeightEncoding::MXFP4:
+      return "mxfp4";
+    case WeightEncoding::CB3:
+      return "cb3";
   }
   return "?";
 }
@@ -173,12 +178,12 @@ class CpuBackend final : public Backend {
 
  private:
   // First member: destroyed last, after every buffer the backend owns is freed.
-  DeviceMemoryCounter memory_;  // alloc()'s buffers
-  OpTimes times_;               // MOETIER_CPU_TIMING
-  std::vector<int32_t> order_;             // [e] router scratch
-  std::vector<float> xs_, g_, u_, ys_;     // [pairs, H], [pairs, I] x2, [pairs, H]: a batch's
-  std::vector<cpu::GluTask> glu_;          // [experts]
-  std::vector<cpu::MatmulTask> down_;      // [experts]
+  DeviceMemoryCounter memory_;          // alloc()'s buffers
+  OpTimes times_;                       // MOETIER_CPU_TIMING
+  std::vector<int32_t> order_;          // [e] router scratch
+  std::vector<float> xs_, g_, u_, ys_;  // [pairs, H], [pairs, I] x2, [pairs, H]: a batch's
+  std::vector<cpu::GluTask> glu_;       // [experts]
+  std::vector<cpu::MatmulTask> down_;   // [experts]
 };
 
 void CpuBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k,

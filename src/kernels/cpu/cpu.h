@@ -35,7 +35,7 @@ struct MatmulTask {
   MatView w;
   const float* x;  // [n, w.cols]
   int64_t n;
-  float* y;        // [n, w.rows]
+  float* y;  // [n, w.rows]
 };
 void matmul_many(std::span<const MatmulTask> tasks);
 
@@ -46,8 +46,8 @@ struct GluTask {
   MatView gate, up;
   const float* x;  // [n, gate.cols]
   int64_t n;
-  float* g;        // [n, gate.rows]
-  float* u;        // [n, gate.rows]
+  float* g;  // [n, gate.rows]
+  float* u;  // [n, gate.rows]
 };
 void matmul_glu(std::span<const GluTask> tasks);
 

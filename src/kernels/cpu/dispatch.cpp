@@ -62,6 +62,15 @@ bool cpu_has_avx512() {
 #endif
 }
 
+bool cpu_has_avx512bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool ok = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+  return ok;
+#else
+  return false;
+#endif
+}
+
 KernelPath kernel_path() {
   int p = g_path.load(std::memory_order_relaxed);
   if (p < 0) {
@@ -94,6 +103,11 @@ Activations mxfp4_activations() {
     g_act.store(a, std::memory_order_relaxed);
   }
   return Activations(a);
+}
+
+bool bf16_activations() {
+  return mxfp4_activations() == Activations::Q8 && kernel_path() == KernelPath::Avx512 &&
+         cpu_has_avx512bf16();
 }
 
 void set_mxfp4_activations(Activations a) { g_act.store(int(a), std::memory_order_relaxed); }

@@ -11,7 +11,9 @@
 // scale, integer dot products, kernels/cpu/q8.h) or f32 (exact: the canonical
 // f32 order of kernels/cpu/tile.h, what the golden tests pin).
 // MOETIER_CPU_ACT=q8|f32, read once at first use; set_mxfp4_activations
-// overrides it. bf16, f32 and cb3 weights always take f32 activations.
+// overrides it. In the q8 mode bf16 weights take bf16 activations on the
+// avx512 path of a CPU with AVX-512 BF16 (kernels/cpu/bf16.h); otherwise they,
+// f32 and cb3 weights take f32 activations.
 #pragma once
 
 namespace moetier::cpu {
@@ -21,14 +23,18 @@ enum class KernelPath { Portable, Avx2, Avx512 };
 KernelPath kernel_path();
 void set_kernel_path(KernelPath p);
 const char* kernel_path_name(KernelPath p);
-bool cpu_has_avx2();    // AVX2 + FMA + F16C
-bool cpu_has_avx512();  // those and AVX-512 F, BW, VL, VNNI
+bool cpu_has_avx2();        // AVX2 + FMA + F16C
+bool cpu_has_avx512();      // those and AVX-512 F, BW, VL, VNNI
+bool cpu_has_avx512bf16();  // those and AVX-512 BF16
 // The AVX2 kernels (attention, q8, cb3 decoding) run on both vector paths.
 inline bool vector_path(KernelPath p) { return p != KernelPath::Portable; }
 
 enum class Activations { F32, Q8 };
 
 Activations mxfp4_activations();
+// bf16 weights take bf16 activations (kernels/cpu/bf16.h): the q8 mode on the
+// avx512 path of a CPU with AVX-512 BF16.
+bool bf16_activations();
 void set_mxfp4_activations(Activations a);
 const char* activations_name(Activations a);
 

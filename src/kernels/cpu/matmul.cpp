@@ -22,6 +22,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cb3.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/dispatch.h"
@@ -176,33 +177,77 @@ void run_tiles(const Job& j, int64_t tile0, int64_t tile1) {
   for (int64_t t = tile0; t < tile1; ++t) tile_scratch(j, 4 * t, scratch.data());
 }
 
+// bf16 weights with bf16 activations (kernels/cpu/bf16.h).
+struct Bf16Job {
+  MatView w;
+  const uint16_t* xb;  // [n, ldx] X rounded to bf16, zero-padded
+  int64_t n, ldx;
+  float* y;  // [n, rows]
+};
+
+void run_bf16_tiles(const Bf16Job& j, int64_t tile0, int64_t tile1) {
+  float out[4 * 3];
+  for (int64_t t = tile0; t < tile1; ++t) {
+    int64_t idx[4];
+    row_indices(4 * t, j.w.rows, idx);
+    const uint16_t* rows[4];
+    for (int i = 0; i < 4; ++i)
+      rows[i] = static_cast<const uint16_t*>(j.w.data) + idx[i] * j.w.cols;
+    for (int64_t t0 = 0; t0 < j.n; t0 += 3) {  // 3 tokens a call: out stays small
+      const int64_t nt = std::min<int64_t>(3, j.n - t0);
+      detail::bf16act_tile4_avx512bf16(rows, j.w.cols, j.xb + t0 * j.ldx, j.ldx, nt, out);
+      for (int64_t u = 0; u < nt; ++u)
+        for (int i = 0; i < 4 && 4 * t + i < j.w.rows; ++i)
+          j.y[(t0 + u) * j.w.rows + 4 * t + i] = out[4 * u + i];
+    }
+  }
+}
+
 // One matmul of a matmul_many run, its activations in its kernel's form. The
 // vectors are its own storage (kept across calls: the per-thread plan list).
 struct Plan {
-  bool q8 = false;
+  enum class Kind { F32, Q8, Bf16 } kind = Kind::F32;
   detail::Q8Job q8job{};
-  Job job{};
+  Bf16Job bjob{};
+  Job job{};  // the task's w, x, n (every kind: for sharing); the f32 kind's job
   int64_t tiles = 0;
   std::vector<int8_t> q;
   std::vector<float> d, xpad;
+  std::vector<uint16_t> xb;
 };
 
-// Plan p of task t; an earlier q8 plan of the same x, n and cols (gate and up
-// of one input) lends its quantized copy.
+// Plan p of task t; an earlier plan of the same kind, x, n and cols (gate and
+// up of one input; q, k and v) lends its converted copy.
 void prepare(const MatmulTask& t, KernelPath path, std::span<Plan> earlier, Plan& p) {
+  using Kind = Plan::Kind;
   const MatView& w = t.w;
   p.tiles = (w.rows + 3) / 4;
-  p.q8 = w.enc == WeightEncoding::MXFP4 && mxfp4_activations() == Activations::Q8;
-  for (const Plan& e : earlier) {
-    if (p.q8 && e.q8 && e.tiles > 0 && e.job.x == t.x && e.job.n == t.n && e.job.w.cols == w.cols) {
-      p.q8job = detail::share_mxfp4_q8(e.q8job, w, t.y);
+  p.kind = w.enc == WeightEncoding::MXFP4 && mxfp4_activations() == Activations::Q8 ? Kind::Q8
+           : w.enc == WeightEncoding::BF16 && bf16_activations()                    ? Kind::Bf16
+                                                                                    : Kind::F32;
+  if (p.kind != Kind::F32) {
+    for (const Plan& e : earlier) {
+      if (e.kind != p.kind || e.tiles == 0 || e.job.x != t.x || e.job.n != t.n ||
+          e.job.w.cols != w.cols)
+        continue;
       p.job = e.job;  // the task's x, n, cols (for later matches)
+      p.job.w = w;
+      if (p.kind == Kind::Q8) p.q8job = detail::share_mxfp4_q8(e.q8job, w, t.y);
+      if (p.kind == Kind::Bf16) p.bjob = Bf16Job{w, e.bjob.xb, t.n, e.bjob.ldx, t.y};
       return;
     }
   }
-  if (p.q8) {
+  p.job.x = t.x, p.job.n = t.n, p.job.w = w;
+  if (p.kind == Kind::Q8) {
     p.q8job = detail::prepare_mxfp4_q8(w, t.x, t.n, t.y, path, p.q, p.d);
-    p.job.x = t.x, p.job.n = t.n, p.job.w = w;
+    return;
+  }
+  if (p.kind == Kind::Bf16) {
+    const int64_t ldx = (w.cols + 31) / 32 * 32;
+    p.xb.resize(size_t(t.n * ldx));
+    for (int64_t r = 0; r < t.n; ++r)
+      detail::to_bf16_avx512bf16(t.x + r * w.cols, w.cols, ldx, p.xb.data() + r * ldx);
+    p.bjob = Bf16Job{w, p.xb.data(), t.n, ldx, t.y};
     return;
   }
   const int64_t width = path == KernelPath::Avx512 ? 16 : 8;
@@ -223,8 +268,10 @@ void prepare(const MatmulTask& t, KernelPath path, std::span<Plan> earlier, Plan
 }
 
 void run_plan(const Plan& p, int64_t tile0, int64_t tile1) {
-  if (p.q8)
+  if (p.kind == Plan::Kind::Q8)
     detail::run_q8_tiles(p.q8job, tile0, tile1);
+  else if (p.kind == Plan::Kind::Bf16)
+    run_bf16_tiles(p.bjob, tile0, tile1);
   else
     run_tiles(p.job, tile0, tile1);
 }
@@ -310,11 +357,12 @@ void matmul_many(std::span<const MatmulTask> tasks) {
   const Plan* pl = plans.data();
   const int64_t* f = first.data();
   const size_t count = tasks.size();
-  global_pool().parallel_for(
-      tiles, size.macs >= kParallelMin ? grain(tiles, size.bytes) : tiles,
-      [pl, f, count](int64_t g0, int64_t g1) {
-        for_items(f, count, g0, g1, [pl](size_t i, int64_t t0, int64_t t1) { run_plan(pl[i], t0, t1); });
-      });
+  global_pool().parallel_for(tiles, size.macs >= kParallelMin ? grain(tiles, size.bytes) : tiles,
+                             [pl, f, count](int64_t g0, int64_t g1) {
+                               for_items(f, count, g0, g1, [pl](size_t i, int64_t t0, int64_t t1) {
+                                 run_plan(pl[i], t0, t1);
+                               });
+                             });
 }
 
 void matmul_glu(std::span<const GluTask> tasks) {
@@ -331,7 +379,8 @@ void matmul_glu(std::span<const GluTask> tasks) {
   }
   const RunSize size = prepare_all(mm, plans, first);
   glu_first.assign(1, 0);
-  for (size_t i = 0; i < tasks.size(); ++i) glu_first.push_back(glu_first.back() + plans[2 * i].tiles);
+  for (size_t i = 0; i < tasks.size(); ++i)
+    glu_first.push_back(glu_first.back() + plans[2 * i].tiles);
   const int64_t tiles = glu_first.back();
   if (tiles == 0) return;
   const Plan* pl = plans.data();
