@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -98,18 +99,24 @@ double probe_device_copy(Backend& be) {
 
 double probe_host_read() {
   constexpr int64_t kWords = int64_t(1) << 27, kChunk = int64_t(1) << 19;  // 1 GiB, 4 MiB
-  std::vector<uint64_t> buf(static_cast<size_t>(kWords));                  // [kWords]
-  for (int64_t i = 0; i < kWords; ++i) buf[size_t(i)] = uint64_t(i) * 0x9e3779b97f4a7c15ull;
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[size_t(kWords)]);     // [kWords], written below
   std::vector<uint64_t> sums(static_cast<size_t>(kWords / kChunk));  // [chunks]: keeps the reads
+  auto each_chunk = [&](auto&& fn) {
+    global_pool().parallel_for(kWords / kChunk, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) fn(c * kChunk, (c + 1) * kChunk, size_t(c));
+    });
+  };
+  // Written by the threads that read it (first touch: the pages of each on its memory node).
+  each_chunk([&](int64_t i0, int64_t i1, size_t) {
+    for (int64_t i = i0; i < i1; ++i) buf[size_t(i)] = uint64_t(i) * 0x9e3779b97f4a7c15ull;
+  });
   double best = 1e30;
   for (int r = 0; r < 3; ++r) {
     const auto t0 = Clock::now();
-    global_pool().parallel_for(kWords / kChunk, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        uint64_t s = 0;
-        for (int64_t i = c * kChunk; i < (c + 1) * kChunk; ++i) s += buf[size_t(i)];
-        sums[size_t(c)] = s;
-      }
+    each_chunk([&](int64_t i0, int64_t i1, size_t c) {
+      uint64_t s = 0;
+      for (int64_t i = i0; i < i1; ++i) s += buf[size_t(i)];
+      sums[c] = s;
     });
     best = std::min(best, seconds(t0));
   }

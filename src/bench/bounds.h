@@ -48,7 +48,9 @@ struct Bounds {
 // Device-to-device copy of 1 GiB (64 MiB on the host), best of 5.
 double probe_device_copy(Backend& be);
 // Host memory read by the kernels' threads (core/thread_pool.h) side by side,
-// 1 GiB (past any cache), best of 3: a host backend's decode bound.
+// 1 GiB (past any cache; written first by the threads that read it), best of
+// 3: a host backend's decode bound. `moetier bench` takes it before loading
+// the model, so its buffer is not in the run's peak resident memory.
 double probe_host_read();
 // Pinned host to device, 256 MiB (32 MiB on the host), best of 5.
 double probe_host_to_device(Backend& be);

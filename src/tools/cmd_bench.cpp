@@ -81,11 +81,13 @@ std::string engine_flags(const BenchArgs& a) {
   return f;
 }
 
-Bounds probe(Engine& e, const ExpertIndex& index, bool storage) {
+// host_read: probe_host_read()'s figure, taken before the engine loaded (so
+// that its buffer adds nothing to the run's peak resident memory).
+Bounds probe(Engine& e, const ExpertIndex& index, bool storage, std::optional<double> host_read) {
   Bounds b;
   std::fprintf(stderr, "moetier: bench: measuring the machine's bounds\n");
   b.device_copy = probe_device_copy(e.backend());
-  if (e.backend().is_host()) b.host_read = probe_host_read();
+  if (e.backend().is_host()) b.host_read = host_read;
   b.host_to_device = probe_host_to_device(e.backend());
   b.tensor_flops = probe_tensor_flops(e.backend());
   if (storage) b.storage = probe_storage(e.checkpoint(), index);
@@ -241,6 +243,8 @@ void bench(const BenchArgs& a) {
   monitor::Monitor mon(a.monitor_period);  // samples every phase (docs/bench-format.md "monitor")
   mon.set_phase("load");
   mon.sample_now();
+  std::optional<double> host_read;  // the CPU backend's decode bound, before the weights load
+  if (!a.no_probe && a.engine.backend == "cpu") host_read = probe_host_read();
   double load_s = 0;
   auto e = open_engine(a, load_s);
   const ContextLimit lim = context_limit(a.ctx, e->spec(), a.dir);
@@ -249,7 +253,7 @@ void bench(const BenchArgs& a) {
     tok.emplace(Tokenizer::load(a.dir));
   const ExpertIndex index = ExpertIndex::build(e->checkpoint(), e->spec());
   const ModelBytes mb = model_bytes(e->checkpoint(), e->spec(), index);
-  const Bounds b = a.no_probe ? Bounds{} : probe(*e, index, !e->mapped());
+  const Bounds b = a.no_probe ? Bounds{} : probe(*e, index, !e->mapped(), host_read);
   Progress runs("bench", int64_t(workloads.size()) * a.runs);
   json arm =
       run_arm(*e, tok ? &*tok : nullptr, arm_options(a, workloads, mon, runs), mb, b, lim.tokens);

@@ -376,7 +376,14 @@ TEST(CpuKernels, MatmulManyAndGluGiveMatmulsBits) {
           tasks.push_back({ws[i].view, xs[i], ns[i], many[size_t(i)].data()});
         }
         cpu::matmul_many(tasks);
-        for (int i = 0; i < 5; ++i) EXPECT_EQ(sep[size_t(i)], many[size_t(i)]) << i << " " << where;
+        for (int i = 0; i < 5; ++i) {
+          EXPECT_EQ(sep[size_t(i)], many[size_t(i)]) << i << " " << where;
+          std::vector<float> ref(sep[size_t(i)].size());
+          ref::matmul(ws[i].view, xs[i], ns[i], ref.data());
+          if (!ref.empty()) {
+            EXPECT_LE(rel_err(many[size_t(i)], ref), 1.5e-2) << i << " " << where;
+          }
+        }
         // GLU: tasks (0, 1) on xa and (3, 4) on xb, n 6 and 9.
         const int64_t gn[] = {6, 9};
         std::vector<float> g[2], u[2], ref[2];
@@ -432,6 +439,20 @@ TEST(CpuKernels, Bf16ActivationsAreCloseBatchAndThreadInvariant) {
       if (first.empty()) first = all;
       EXPECT_EQ(all, first) << "threads " << threads;
     }
+    // Three tasks on one x in one run (q, k and v: one bf16 copy shared): each as alone.
+    RandomMatrix w2(WeightEncoding::BF16, 5, cols, rng), w3(WeightEncoding::BF16, 130, cols, rng);
+    std::vector<float> y1(size_t(n * rows), NAN), y2(size_t(n * 5), NAN), y3(size_t(n * 130), NAN);
+    std::vector<float> s2(y2.size()), s3(y3.size()), r2(y2.size());
+    cpu::matmul_many(std::vector<cpu::MatmulTask>{{w.view, x.data(), n, y1.data()},
+                                                  {w2.view, x.data(), n, y2.data()},
+                                                  {w3.view, x.data(), n, y3.data()}});
+    cpu::matmul(w2.view, x.data(), n, s2.data());
+    cpu::matmul(w3.view, x.data(), n, s3.data());
+    ref::matmul(w2.view, x.data(), n, r2.data());
+    EXPECT_EQ(y1, first);
+    EXPECT_EQ(y2, s2);
+    EXPECT_EQ(y3, s3);
+    EXPECT_LE(rel_err(y2, r2), 4e-3);
     x[size_t(cols + 3)] = NAN;  // token 1
     std::vector<float> y(size_t(n * rows));
     cpu::matmul(w.view, x.data(), n, y.data());

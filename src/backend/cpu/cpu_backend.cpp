@@ -168,8 +168,13 @@ class CpuBackend final : public Backend {
   void matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
                     std::span<float* const> ys) override {
     OpScope op(times_, [&] { return fmt::format("matmul_multi {} n {}", ws.size(), n); });
+    check(ws.size() == ys.size(), "matmul_multi: {} matrices for {} outputs", ws.size(), ys.size());
     std::vector<cpu::MatmulTask> tasks;
-    for (size_t i = 0; i < ws.size(); ++i) tasks.push_back({ws[i], x, n, ys[i]});
+    for (size_t i = 0; i < ws.size(); ++i) {
+      check(ws[i].cols == ws[0].cols, "matmul_multi: matrix {} has {} columns, matrix 0 {}", i,
+            ws[i].cols, ws[0].cols);
+      tasks.push_back({ws[i], x, n, ys[i]});
+    }
     cpu::matmul_many(tasks);
   }
   void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,

@@ -100,8 +100,14 @@ void row_indices(int64_t r0, int64_t rows, int64_t* idx) {
   for (int i = 0; i < 4; ++i) idx[i] = std::min(r0 + i, rows - 1);
 }
 
+// out [nt, 4] -> y's rows r0.. (those that exist) of tokens t, t + 1, ...
+void store_rows(float* y, int64_t rows, int64_t t, int64_t nt, int64_t r0, const float* out) {
+  for (int64_t u = 0; u < nt; ++u)
+    for (int i = 0; i < 4 && r0 + i < rows; ++i) y[(t + u) * rows + r0 + i] = out[4 * u + i];
+}
+
 void store(const Job& j, int64_t t, int64_t r0, const float* out) {
-  for (int i = 0; i < 4 && r0 + i < j.w.rows; ++i) j.y[t * j.w.rows + r0 + i] = out[i];
+  store_rows(j.y, j.w.rows, t, 1, r0, out);
 }
 
 void tile_direct(const Job& j, int64_t r0) {
@@ -196,9 +202,7 @@ void run_bf16_tiles(const Bf16Job& j, int64_t tile0, int64_t tile1) {
     for (int64_t t0 = 0; t0 < j.n; t0 += 3) {  // 3 tokens a call: out stays small
       const int64_t nt = std::min<int64_t>(3, j.n - t0);
       detail::bf16act_tile4_avx512bf16(rows, j.w.cols, j.xb + t0 * j.ldx, j.ldx, nt, out);
-      for (int64_t u = 0; u < nt; ++u)
-        for (int i = 0; i < 4 && 4 * t + i < j.w.rows; ++i)
-          j.y[(t0 + u) * j.w.rows + 4 * t + i] = out[4 * u + i];
+      store_rows(j.y, j.w.rows, t0, nt, 4 * t, out);
     }
   }
 }
@@ -278,14 +282,6 @@ void run_plan(const Plan& p, int64_t tile0, int64_t tile1) {
 
 }  // namespace
 
-// Tiles per chunk of a run of `tiles` tiles reading `bytes` of weights.
-int64_t grain(int64_t tiles, int64_t bytes) {
-  const int64_t per_tile = std::max<int64_t>(1, bytes / std::max<int64_t>(1, tiles));
-  const int64_t want = (kChunkBytes + per_tile - 1) / per_tile;
-  const int64_t cap = tiles / (kChunksPerThread * global_pool().threads());
-  return std::clamp<int64_t>(std::min(want, cap), 1, tiles);
-}
-
 void set_threads(int n) { set_global_threads(n); }
 int threads() { return global_pool().threads(); }
 
@@ -346,23 +342,34 @@ void for_items(const int64_t* first, size_t items, int64_t g0, int64_t g1, const
   }
 }
 
+// Tiles per chunk of a run of `tiles` tiles reading `bytes` of weights.
+int64_t grain(int64_t tiles, int64_t bytes) {
+  const int64_t per_tile = std::max<int64_t>(1, bytes / std::max<int64_t>(1, tiles));
+  const int64_t want = (kChunkBytes + per_tile - 1) / per_tile;
+  const int64_t cap = tiles / (kChunksPerThread * global_pool().threads());
+  return std::clamp<int64_t>(std::min(want, cap), 1, tiles);
+}
+
+// The tiles of items [0, count) (first [count + 1]) on the pool, fn(i, tile0,
+// tile1) per item's part of a chunk; serially below kParallelMin multiply-adds.
+template <class Fn>
+void run_items(const int64_t* first, size_t count, const RunSize& size, const Fn& fn) {
+  const int64_t tiles = first[count];
+  if (tiles == 0) return;
+  global_pool().parallel_for(
+      tiles, size.macs >= kParallelMin ? grain(tiles, size.bytes) : tiles,
+      [first, count, &fn](int64_t g0, int64_t g1) { for_items(first, count, g0, g1, fn); });
+}
+
 }  // namespace
 
 void matmul_many(std::span<const MatmulTask> tasks) {
   thread_local std::vector<Plan> plans;
   thread_local std::vector<int64_t> first;
   const RunSize size = prepare_all(tasks, plans, first);
-  const int64_t tiles = first.back();
-  if (tiles == 0) return;
   const Plan* pl = plans.data();
-  const int64_t* f = first.data();
-  const size_t count = tasks.size();
-  global_pool().parallel_for(tiles, size.macs >= kParallelMin ? grain(tiles, size.bytes) : tiles,
-                             [pl, f, count](int64_t g0, int64_t g1) {
-                               for_items(f, count, g0, g1, [pl](size_t i, int64_t t0, int64_t t1) {
-                                 run_plan(pl[i], t0, t1);
-                               });
-                             });
+  run_items(first.data(), tasks.size(), size,
+            [pl](size_t i, int64_t t0, int64_t t1) { run_plan(pl[i], t0, t1); });
 }
 
 void matmul_glu(std::span<const GluTask> tasks) {
@@ -381,22 +388,15 @@ void matmul_glu(std::span<const GluTask> tasks) {
   glu_first.assign(1, 0);
   for (size_t i = 0; i < tasks.size(); ++i)
     glu_first.push_back(glu_first.back() + plans[2 * i].tiles);
-  const int64_t tiles = glu_first.back();
-  if (tiles == 0) return;
   const Plan* pl = plans.data();
-  const int64_t* f = glu_first.data();
   const GluTask* ts = tasks.data();
-  const size_t count = tasks.size();
-  auto tile_run = [pl, ts](size_t i, int64_t t0, int64_t t1) {
+  run_items(glu_first.data(), tasks.size(), size, [pl, ts](size_t i, int64_t t0, int64_t t1) {
     run_plan(pl[2 * i], t0, t1);
     run_plan(pl[2 * i + 1], t0, t1);
     const GluTask& t = ts[i];
     const int64_t rows = t.gate.rows, r0 = 4 * t0, r1 = std::min(rows, 4 * t1);
     for (int64_t r = 0; r < t.n; ++r) silu_mul(t.g + r * rows + r0, t.u + r * rows + r0, r1 - r0);
-  };
-  global_pool().parallel_for(
-      tiles, size.macs >= kParallelMin ? grain(tiles, size.bytes) : tiles,
-      [f, count, &tile_run](int64_t g0, int64_t g1) { for_items(f, count, g0, g1, tile_run); });
+  });
 }
 
 }  // namespace moetier::cpu
