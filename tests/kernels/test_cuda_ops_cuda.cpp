@@ -569,54 +569,89 @@ TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
 // 32), expert rows of 8, 24 and 72 chunks, k from 2 to 13, and the real
 // widths. Three calls back to back per shape, no host sync. That the q8
 // kernels ran is read from the backend's op timing (MOETIER_CUDA_TIMING).
+namespace {
+
+struct RoutedCase {
+  int64_t experts, k, H, I;
+};
+
+// Three routed resident MoE steps of case c on the GPU (q8 kernels) against
+// the CPU engine's experts; `what` names the kernel variant in failures.
+void check_routed_q8(BackendPair& f, const RoutedCase& c, std::mt19937& rng,
+                     const std::string& what) {
+  const ExpertSet ex(f, WeightEncoding::MXFP4, c.experts, c.H, c.I, rng);
+  HostMatrix router(WeightEncoding::BF16, c.experts, c.H, rng);
+  const MatView dr = f.gpu->weights(router.view, f.store);
+  const int table = f.gpu->register_experts(ex.dev);
+  std::vector<DeviceBuffer> keep;
+  std::vector<std::vector<float>> refs;
+  std::vector<float*> outs;
+  for (int call = 0; call < 3; ++call) {
+    const auto x = randn(size_t(c.H), rng, 1.0f);
+    std::vector<float> p(size_t(c.experts)), w(size_t(c.k));
+    std::vector<int32_t> ids(size_t(c.k));
+    f.cpu->route_topk(router.view, x.data(), 1, c.k, true, p.data(), ids.data(), w.data());
+    refs.push_back(ex.cpu_out(f, ids, w, x, c.H, c.I));
+    float* dx = f.up(x, keep);
+    keep.push_back(f.gpu->alloc(size_t(c.k) * 4));
+    auto* dids = keep.back().as<int32_t>();
+    outs.push_back(f.zeros(size_t(c.H), keep));
+    f.gpu->route_moe_resident(dr, table, dx, c.k, true, f.zeros(size_t(c.experts), keep), dids,
+                              f.zeros(size_t(c.k), keep), c.H, c.I, outs.back());
+  }
+  // 3e-5: measured 1.29e-5 on the 4096 x 256, k 3 case on the H200
+  // (f32 rounding: block-sum order, the routing weight folded into h's
+  // scales), 1e-5 or less on the others; the split down kernel
+  // (31adc4e) passed it too.
+  for (size_t i = 0; i < outs.size(); ++i)
+    EXPECT_LE(rel_err(f.down(outs[i], size_t(c.H)), refs[i]), 3e-5)
+        << c.H << " x " << c.I << " k " << c.k << " call " << i << " " << what;
+}
+
+}  // namespace
+
 TEST(CudaOps, RoutedQ8MoeMatchesCpuOnManyShapes) {
   REQUIRE_GPU();
   ActMode act("q8");
-  struct Case {
-    int64_t experts, k, H, I;
-  };
   const std::string timing = ::testing::TempDir() + "moetier_q8_moe_timing.txt";
   std::mt19937 rng(41);
   {
     EnvVar t("MOETIER_CUDA_TIMING", timing);
     BackendPair f;
-    for (const Case& c : {Case{9, 7, 1536, 768}, Case{20, 13, 512, 256}, Case{12, 5, 512, 2304},
-                          Case{5, 3, 4096, 256}, Case{4, 2, 6144, 512}, Case{16, 8, 2048, 768},
-                          Case{8, 6, 4096, 2048}}) {
-      const ExpertSet ex(f, WeightEncoding::MXFP4, c.experts, c.H, c.I, rng);
-      HostMatrix router(WeightEncoding::BF16, c.experts, c.H, rng);
-      const MatView dr = f.gpu->weights(router.view, f.store);
-      const int table = f.gpu->register_experts(ex.dev);
-      std::vector<DeviceBuffer> keep;
-      std::vector<std::vector<float>> refs;
-      std::vector<float*> outs;
-      for (int call = 0; call < 3; ++call) {
-        const auto x = randn(size_t(c.H), rng, 1.0f);
-        std::vector<float> p(size_t(c.experts)), w(size_t(c.k));
-        std::vector<int32_t> ids(size_t(c.k));
-        f.cpu->route_topk(router.view, x.data(), 1, c.k, true, p.data(), ids.data(), w.data());
-        refs.push_back(ex.cpu_out(f, ids, w, x, c.H, c.I));
-        float* dx = f.up(x, keep);
-        keep.push_back(f.gpu->alloc(size_t(c.k) * 4));
-        auto* dids = keep.back().as<int32_t>();
-        outs.push_back(f.zeros(size_t(c.H), keep));
-        f.gpu->route_moe_resident(dr, table, dx, c.k, true, f.zeros(size_t(c.experts), keep), dids,
-                                  f.zeros(size_t(c.k), keep), c.H, c.I, outs.back());
-      }
-      // 3e-5: measured 1.29e-5 on the 4096 x 256, k 3 case on the H200
-      // (f32 rounding: block-sum order, the routing weight folded into h's
-      // scales), 1e-5 or less on the others; the split down kernel
-      // (31adc4e) passed it too.
-      for (size_t i = 0; i < outs.size(); ++i)
-        EXPECT_LE(rel_err(f.down(outs[i], size_t(c.H)), refs[i]), 3e-5)
-            << c.H << " x " << c.I << " k " << c.k << " call " << i;
-    }
+    for (const RoutedCase& c :
+         {RoutedCase{9, 7, 1536, 768}, RoutedCase{20, 13, 512, 256}, RoutedCase{12, 5, 512, 2304},
+          RoutedCase{5, 3, 4096, 256}, RoutedCase{4, 2, 6144, 512}, RoutedCase{16, 8, 2048, 768},
+          RoutedCase{8, 6, 4096, 2048}})
+      check_routed_q8(f, c, rng, "default kernels");
   }  // the backend writes its op timing here
   std::ifstream in(timing);
   const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const bool fused = ops.find("resident experts (fused)") != std::string::npos;
   const bool q8 = ops.find("resident experts (q8)") != std::string::npos;
   EXPECT_TRUE(q8 && !fused) << ops;  // (fused: the f32 kernels of decode.cu)
+}
+
+// Every q8 kernel variant (MOETIER_CUDA_MOE_GATE / _DOWN, read when the
+// backend is made) on long expert rows: I = 8192 with k = 8 gives the down
+// kernels 2048 (expert, chunk) items per row, more than one pass of a
+// block's 128 threads; H = 1056 is 33 blocks of 32 columns. The last variant
+// is the default, which later tests then use again (the choice is process-wide).
+TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
+  REQUIRE_GPU();
+  ActMode act("q8");
+  std::mt19937 rng(43);
+  for (const auto& [var, value] :
+       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN", "4"},
+                                                        {"MOETIER_CUDA_MOE_DOWN", "2"},
+                                                        {"MOETIER_CUDA_MOE_DOWN", "warp"},
+                                                        {"MOETIER_CUDA_MOE_GATE", "16"},
+                                                        {"MOETIER_CUDA_MOE_GATE", "8"}}) {
+    EnvVar e(var, value);
+    BackendPair f;
+    const std::string what = std::string(var) + "=" + value;
+    for (const RoutedCase& c : {RoutedCase{10, 8, 1056, 8192}, RoutedCase{7, 5, 3072, 1536}})
+      check_routed_q8(f, c, rng, what);
+  }
 }
 
 TEST(CudaOps, BadRequestsAreErrors) {
