@@ -90,30 +90,38 @@ std::string read_corpus(const fs::path& p, uint64_t max_bytes) {
   return s;
 }
 
-// Observes every MoE layer of a forward pass and accumulates its statistics.
+// Observes every MoE layer of a forward pass and accumulates its statistics:
+// the gate/up halves of all the layer's experts in one parallel run
+// (cpu::matmul_glu), then each expert's inputs and hidden activations.
 struct Collector {
   CalibStats& stats;
   MappedExperts& experts;
   int64_t hidden, inter;
-  std::vector<float> xs, g, u;  // [m, H], [m, I], [m, I]
+  std::vector<float> xs, g, u;    // [pairs, H], [pairs, I], [pairs, I]
+  std::vector<cpu::GluTask> glu;  // [experts of the layer]
 
   void operator()(const RoutingEvent& ev) {
     check(ev.hidden != nullptr, "calibration: the forward pass gave no hidden states");
     const Routing& r = *ev.routing;
     stats.add_layer(ev.layer, ev.hidden, r.n_tokens);
     const ExpertGroups grp = group_by_expert(r);
+    const int64_t pairs = int64_t(grp.tokens.size());
+    xs.resize(size_t(pairs * hidden));
+    g.resize(size_t(pairs * inter));
+    u.resize(size_t(pairs * inter));
+    for (int64_t p = 0; p < pairs; ++p)
+      std::copy_n(ev.hidden + grp.tokens[size_t(p)] * hidden, hidden, xs.data() + p * hidden);
+    glu.clear();
     for (size_t i = 0; i < grp.ids.size(); ++i) {
       const int64_t b = grp.offsets[i], m = grp.offsets[i + 1] - b;
-      xs.resize(size_t(m * hidden));
-      g.resize(size_t(m * inter));
-      u.resize(size_t(m * inter));
-      for (int64_t j = 0; j < m; ++j)
-        std::copy_n(ev.hidden + grp.tokens[size_t(b + j)] * hidden, hidden, xs.data() + j * hidden);
       const ExpertView& v = experts.view(ev.layer, grp.ids[i]);
-      cpu::matmul(v.gate, xs.data(), m, g.data());
-      cpu::matmul(v.up, xs.data(), m, u.data());
-      cpu::silu_mul(g.data(), u.data(), m * inter);
-      stats.add_expert(ev.layer, grp.ids[i], xs.data(), g.data(), m);
+      glu.push_back(
+          {v.gate, v.up, xs.data() + b * hidden, m, g.data() + b * inter, u.data() + b * inter});
+    }
+    cpu::matmul_glu(glu);
+    for (size_t i = 0; i < grp.ids.size(); ++i) {
+      const int64_t b = grp.offsets[i], m = grp.offsets[i + 1] - b;
+      stats.add_expert(ev.layer, grp.ids[i], xs.data() + b * hidden, g.data() + b * inter, m);
     }
   }
 };
@@ -141,7 +149,7 @@ CalibStats collect_calibration(const Checkpoint& ck, const fs::path& corpus,
 
   CalibStats stats(cfg.num_layers, cfg.num_experts, cfg.hidden_size, cfg.expert_intermediate);
   MappedExperts experts(ck, cfg);
-  Collector col{stats, experts, cfg.hidden_size, cfg.expert_intermediate, {}, {}, {}};
+  Collector col{stats, experts, cfg.hidden_size, cfg.expert_intermediate, {}, {}, {}, {}};
   const RoutingObserver obs = [&col](const RoutingEvent& ev) { col(ev); };
   ForwardOptions fo;
   fo.observer = &obs;

@@ -226,7 +226,6 @@ void CpuBackend::expert_batch(const ExpertBatch& b) {
   OpScope op(times_, [&] {
     return fmt::format("expert_batch {} experts {} pairs", b.experts.size(), pairs);
   });
-  xs_.resize(size_t(pairs * h));
   g_.resize(size_t(pairs * in));
   u_.resize(size_t(pairs * in));
   ys_.resize(size_t(pairs * h));
@@ -239,7 +238,8 @@ void CpuBackend::expert_batch(const ExpertBatch& b) {
     for (int64_t j = 1; j < m; ++j)
       consecutive = consecutive && b.tokens[size_t(p0 + j)] == b.tokens[size_t(p0)] + j;
     const float* x = b.x + b.tokens[size_t(p0)] * h;
-    if (!consecutive) {
+    if (!consecutive) {  // [pairs, H], only when an expert's tokens are not consecutive rows
+      if (xs_.size() < size_t(pairs * h)) xs_.resize(size_t(pairs * h));
       for (int64_t j = 0; j < m; ++j)
         std::copy_n(b.x + b.tokens[size_t(p0 + j)] * h, h, &xs_[size_t((p0 + j) * h)]);
       x = &xs_[size_t(p0 * h)];
