@@ -75,20 +75,6 @@ class OpScope {
   std::chrono::steady_clock::time_point t0_;
 };
 
-const char* enc_name(WeightEncoding e) {
-  switch (e) {
-    case WeightEncoding::F32:
-      return "f32";
-    case WeightEncoding::BF16:
-      return "bf16";
-    case WeightEncoding::MXFP4:
-      return "mxfp4";
-    case WeightEncoding::CB3:
-      return "cb3";
-  }
-  return "?";
-}
-
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -136,7 +122,7 @@ class CpuBackend final : public Backend {
   }
   void matmul(const MatView& w, const float* x, int64_t n, float* y) override {
     OpScope op(times_, [&] {
-      return fmt::format("matmul {} [{}, {}] n {}", enc_name(w.enc), w.rows, w.cols, n);
+      return fmt::format("matmul {} [{}, {}] n {}", encoding_name(w.enc), w.rows, w.cols, n);
     });
     cpu::matmul(w, x, n, y);
   }
@@ -169,13 +155,13 @@ class CpuBackend final : public Backend {
                     std::span<float* const> ys) override {
     OpScope op(times_, [&] { return fmt::format("matmul_multi {} n {}", ws.size(), n); });
     check(ws.size() == ys.size(), "matmul_multi: {} matrices for {} outputs", ws.size(), ys.size());
-    std::vector<cpu::MatmulTask> tasks;
+    multi_.clear();
     for (size_t i = 0; i < ws.size(); ++i) {
       check(ws[i].cols == ws[0].cols, "matmul_multi: matrix {} has {} columns, matrix 0 {}", i,
             ws[i].cols, ws[0].cols);
-      tasks.push_back({ws[i], x, n, ys[i]});
+      multi_.push_back({ws[i], x, n, ys[i]});
     }
-    cpu::matmul_many(tasks);
+    cpu::matmul_many(multi_);
   }
   void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize,
                     float* probs, int32_t* ids, float* weights) override;
@@ -189,6 +175,7 @@ class CpuBackend final : public Backend {
   std::vector<float> xs_, g_, u_, ys_;  // [pairs, H], [pairs, I] x2, [pairs, H]: a batch's
   std::vector<cpu::GluTask> glu_;       // [experts]
   std::vector<cpu::MatmulTask> down_;   // [experts]
+  std::vector<cpu::MatmulTask> multi_;  // [matrices] of matmul_multi
 };
 
 void CpuBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k,

@@ -34,9 +34,11 @@ namespace moetier::cpu {
 namespace {
 
 // A chunk reads about this many weight bytes (one stream the prefetchers can
-// follow: a 768-column MXFP4 tile is 1.6 KB, and chunks of 4 such tiles ran
-// at about half the rate of bf16's 64 KB chunks at 16 threads), unless that
-// leaves fewer than kChunksPerThread chunks per thread to balance the load.
+// follow), unless that leaves fewer than kChunksPerThread chunks per thread
+// to balance the load. A 768-column MXFP4 tile is 1.6 KB: with 4-tile chunks
+// a decode step's experts took 299.5 us a layer at 16 threads on the H200
+// machine's Xeon, 272.6 us with these (MOETIER_CPU_TIMING, device_cuda.sh
+// cputime30, a2528f1 and 05e6ef8; docs/engine.md).
 constexpr int64_t kChunkBytes = int64_t(64) << 10;
 constexpr int64_t kChunksPerThread = 4;
 // Below this many multiply-adds a parallel run costs more than it saves.
