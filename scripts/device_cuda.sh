@@ -24,6 +24,7 @@
 #                                                    issue 12 on the machine's CPU: matmuls from DRAM,
 #                                                    each op's time, beside llama.cpp (nothing in the background)
 #   bins q30 pf30                                    the storage arm with next-layer prefetch and without
+#   bins test q30 stage30                            the host-tier arm with next-layer staging and without
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -319,6 +320,15 @@ step_mapped30() {  # the host-tier arm with the mapped host tier and without, in
       --arena 28% --host-cache 17GiB
     MOETIER_MAPPED_HOST=0 bench_arm "moetier cuda arena 28% + host tier, not mapped" \
       --prompt-tokens 256 --gen 128 --runs 2 --arena 28% --host-cache 17GiB
+  done
+}
+step_stage30() {  # the host-tier arm with next-layer staging and without, interleaved, and all resident
+  bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+  for r in 1 2; do
+    bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
+      --arena 28% --host-cache 17GiB
+    bench_arm "moetier cuda arena 28% + host tier, prefetch next-layer" --prompt-tokens 256 \
+      --gen 128 --runs 2 --arena 28% --host-cache 17GiB --prefetch next-layer
   done
 }
 step_policy30() {  # the host-tier arm under each replacement policy

@@ -263,10 +263,26 @@ class Backend {
   // then x += tmp (the default; CUDA normalizes x in the router and quantize
   // kernels and adds in the down projection). xn and tmp are the default's
   // scratch (they may be left unwritten).
+  // next (optional; the default ignores it): the next MoE layer of a decode
+  // step whose table entries may name host memory (the mapped host tier). A
+  // backend may predict that layer's experts as route_topk(next.router,
+  // rmsnorm(x, next.norm, eps)) on x as this call receives it, and copy those
+  // in host memory to device memory while this layer computes; the call on
+  // next.table then reads them there (same bytes: the same result).
+  // next.staged [k] (device) gets, per predicted slot, the id where it was
+  // copied and -2 - id where it was already in device memory (unwritten
+  // where the backend does not stage).
+  struct NextLayer {
+    const MatView* router = nullptr;  // [experts, hidden]
+    const float* norm = nullptr;      // [hidden]
+    int table = -1;
+    int32_t* staged = nullptr;  // [k] device
+  };
   struct NormAdd {
     const float* norm = nullptr;  // [hidden]
     float eps = 0.0f;
     float *xn = nullptr, *tmp = nullptr;
+    const NextLayer* next = nullptr;
   };
   virtual void route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                                       bool renormalize, float* probs, int32_t* ids, float* weights,

@@ -70,6 +70,10 @@
 //     the next step reads the victim from its host copy (the table is updated
 //     before it). Host copies stay in place: a host tier that holds every
 //     expert never spills.
+//   - With --prefetch next-layer, device_staged() asks the step to stage
+//     each layer's predicted host experts in device memory during the layer
+//     before (Backend::NextLayer); after_device_step() counts them as
+//     prefetches (issued, used, wasted) and resets the reports.
 //   - Any submit, prefetch or drain first waits for those copies and commits
 //     them (a prefill must not read a slot still being written).
 //
@@ -149,6 +153,7 @@ class ArenaExperts final : public ExpertProvider {
   // The mapped host tier (null / no-ops without it).
   int device_table(int64_t layer) const override;
   int32_t* device_ids(int64_t layer) const override;
+  int32_t* device_staged(int64_t layer) const override;
   void before_device_step() override;
   void after_device_step() override;
   bool mapped_host() const { return mapped_; }
@@ -269,6 +274,10 @@ class ArenaExperts final : public ExpertProvider {
   std::vector<int> tables_;            // [layers] backend expert table, -1 for a dense layer
   DeviceBuffer routing_dev_;           // [layers, top_k] int32: a device step's router ids
   std::vector<int32_t> routing_host_;  // [layers, top_k] their host copy
+  DeviceBuffer staged_dev_;            // [layers, top_k] int32: staged experts (device_staged)
+  std::vector<int32_t> staged_host_;   // [layers, top_k] their host copy
+  std::vector<int32_t> staged_none_;   // [layers, top_k] all -1: the reset
+  void count_staged(int64_t layer, std::span<const int32_t> staged, std::span<const int32_t> ids);
   std::vector<int32_t> entry_slot_;    // [num_keys] arena slot the table names, -1: host tier
   // Plans whose host -> arena copies are in flight, oldest first, with the
   // number of each plan's last copy (Backend::copy_done).

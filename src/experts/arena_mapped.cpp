@@ -42,6 +42,13 @@ void ArenaExperts::setup_mapped(const ArenaConfig& cfg) {
   top_k_ = cfg.top_k;
   routing_dev_ = backend_->alloc(size_t(layers * top_k_) * sizeof(int32_t));
   routing_host_.assign(size_t(layers * top_k_), 0);
+  if (cfg_next_layer_hints_) {
+    staged_none_.assign(size_t(layers * top_k_), -1);
+    staged_host_ = staged_none_;
+    staged_dev_ = backend_->alloc(staged_none_.size() * sizeof(int32_t));
+    backend_->to_device(staged_dev_.data(), staged_none_.data(),
+                        staged_none_.size() * sizeof(int32_t));
+  }
   entry_slot_.assign(index_.num_keys(), -1);
   mapped_ = true;
   setup_.ns += uint64_t(
@@ -93,6 +100,11 @@ int32_t* ArenaExperts::device_ids(int64_t layer) const {
   return routing_dev_.as<int32_t>() + layer * top_k_;
 }
 
+int32_t* ArenaExperts::device_staged(int64_t layer) const {
+  if (!mapped_ || !staged_dev_.data() || layer < 0 || layer >= index_.num_layers()) return nullptr;
+  return staged_dev_.as<int32_t>() + layer * top_k_;
+}
+
 // Commits the plans whose copies are done, oldest first (all of them, after
 // waiting, with `wait`).
 void ArenaExperts::finish_device_copies(bool wait) {
@@ -132,10 +144,42 @@ void ArenaExperts::after_device_step() {
   if (!mapped_) return;
   backend_->to_host(routing_host_.data(), routing_dev_.data(),
                     routing_host_.size() * sizeof(int32_t));  // waits for the step
-  for (int64_t l = 0; l < index_.num_layers(); ++l)
-    if (tables_[size_t(l)] >= 0)
-      device_step_layer(
-          l, std::span<const int32_t>(routing_host_).subspan(size_t(l * top_k_), size_t(top_k_)));
+  if (staged_dev_.data()) {
+    const size_t bytes = staged_host_.size() * sizeof(int32_t);
+    backend_->to_host(staged_host_.data(), staged_dev_.data(), bytes);
+    backend_->to_device(staged_dev_.data(), staged_none_.data(), bytes);  // before the next step
+  }
+  for (int64_t l = 0; l < index_.num_layers(); ++l) {
+    if (tables_[size_t(l)] < 0) continue;
+    const auto at = [&](const std::vector<int32_t>& v) {
+      return std::span<const int32_t>(v).subspan(size_t(l * top_k_), size_t(top_k_));
+    };
+    if (staged_dev_.data()) count_staged(l, at(staged_host_), at(routing_host_));
+    device_step_layer(l, at(routing_host_));
+  }
+}
+
+// A layer's staging report (Backend::NextLayer::staged): per predicted slot
+// the id copied to device memory, -2 - id for one already there, -1 for no
+// prediction. A copied expert is used when the layer's router picked it.
+void ArenaExperts::count_staged(int64_t layer, std::span<const int32_t> staged,
+                                std::span<const int32_t> ids) {
+  PrefetchCounters& c = stats_->prefetch;
+  for (const int32_t s : staged) {
+    if (s == -1) continue;
+    ++c.hints;
+    if (s <= -2) {
+      ++c.redundant;
+      continue;
+    }
+    const ExpertKey k = index_.key(layer, s);
+    ++c.issued;
+    stats_->host_copy_bytes += index_.record(k).slot_bytes;
+    if (std::find(ids.begin(), ids.end(), s) != ids.end())
+      ++c.used;
+    else
+      ++c.wasted;
+  }
 }
 
 // One layer of a finished device step, planned and counted as the MoE block

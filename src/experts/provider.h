@@ -106,6 +106,11 @@ class ExpertProvider {
   // what a step through acquire() would have done (counting, admission).
   // Only the Session calls them, from the provider's thread.
   virtual int32_t* device_ids(int64_t layer) const { return nullptr; }
+  // Optional, with device_table(): where a decode step reports layer's staged
+  // experts (Backend::NextLayer::staged, [k] device), or null: no staging of
+  // layer's experts is asked for. The step that stages them is the one that
+  // reads them; after_device_step() may count them.
+  virtual int32_t* device_staged(int64_t layer) const { return nullptr; }
   virtual void before_device_step() {}
   virtual void after_device_step() {}
 

@@ -226,3 +226,55 @@ TEST(CudaModel, MappedHostTierWithTwoExpertArenaChangesNoToken) {
   EXPECT_EQ(t.misses, 0u);
   EXPECT_GT(gpu->stats().host_copy_bytes, 0u);
 }
+
+// --prefetch next-layer on the mapped host tier: each decode layer's
+// predicted host experts are copied to device memory during the layer before
+// (Backend::NextLayer) and read there. The same bytes: every decode step's
+// logits bit-identical to the tier without staging, on both expert paths
+// (q8: the fused router + experts; f32: the separate ops), with and without
+// graphs; the staging reports counted as prefetches.
+TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  auto steps = [&](Engine& e, const std::vector<int32_t>& prompt, int64_t n,
+                   std::vector<std::vector<float>>& logits) {
+    auto s = e.new_session(int64_t(prompt.size()) + n);
+    const std::vector<float>* l = &s->prefill(prompt);
+    std::vector<int32_t> out;
+    for (int64_t i = 0; i < n; ++i) {
+      out.push_back(argmax(*l));
+      if (i + 1 < n) l = &s->decode(out.back()), logits.push_back(*l);
+    }
+    return out;
+  };
+  for (const char* mode : {"q8", "f32"}) {
+    ActMode act(mode);
+    EngineOptions o;
+    o.backend = "cuda";
+    o.experts.arena_experts = 2;
+    o.experts.host_cache = "1GiB";
+    o.experts.quiet = true;
+    auto plain = Engine::open(dir, o);
+    o.experts.prefetch = "next-layer";
+    auto staged = Engine::open(dir, o);
+    for (const char* graphs : {"1", "0"}) {
+      EnvVar g("MOETIER_GRAPHS", graphs);
+      for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                            "It is a truth universally acknowledged, that a single man"}) {
+        const auto ids = tok.encode(p);
+        std::vector<std::vector<float>> la, lb;
+        EXPECT_EQ(steps(*staged, ids, 24, la), steps(*plain, ids, 24, lb)) << mode << " " << p;
+        EXPECT_EQ(la, lb) << mode << ", MOETIER_GRAPHS=" << graphs << " " << p;
+      }
+    }
+    const PrefetchCounters& c = staged->stats().prefetch;
+    EXPECT_GT(c.issued, 0u) << mode;
+    EXPECT_GT(c.used, 0u) << mode;
+    EXPECT_EQ(c.used + c.wasted, c.issued) << mode;
+    EXPECT_EQ(c.hints, c.issued + c.redundant) << mode;
+    // 7 of 8 layers predicted per decode step, k = 8 each: 4 prompts x 23 steps.
+    EXPECT_EQ(c.hints, uint64_t(4 * 23 * 7 * 8)) << mode;
+    EXPECT_EQ(plain->stats().prefetch.issued, 0u) << mode;
+  }
+}

@@ -170,7 +170,7 @@ CudaBackend::~CudaBackend() {
   }
   // Everything this backend owns goes before the stream it was used on.
   for (Scratch* s : {&ids_, &attn_, &arrays_, &h_, &d_, &wbf_, &xbf_, &g_, &u_, &hbf_, &y_, &rows_,
-                     &rw_, &prep_, &q8_})
+                     &rw_, &prep_, &q8_, &stage_x_, &stage_route_, &staging_[0], &staging_[1]})
     s->buf.reset();
   sync_.reset();
   tables_.clear();
@@ -185,6 +185,10 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   for (const auto& c : copy_events_) cudaEventDestroy(c.second);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  if (stage_stream_) cudaStreamSynchronize(stage_stream_), cudaStreamDestroy(stage_stream_);
+  for (const auto& [table, j] : stage_join_) cudaEventDestroy(j.first);
+  for (cudaEvent_t e : stage_events_) cudaEventDestroy(e);
+  if (stage_fork_) cudaEventDestroy(stage_fork_);
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
@@ -223,6 +227,7 @@ DeviceBuffer CudaBackend::alloc_host(size_t bytes) {
 void CudaBackend::release(void* p, size_t) {
   if (stream_) cudaStreamSynchronize(stream_);            // ops issued before may still use it
   if (copy_stream_) cudaStreamSynchronize(copy_stream_);  // and copies
+  if (stage_stream_) cudaStreamSynchronize(stage_stream_);
   memory_.on_release(p);  // alloc()'s only (alloc_host's are not counted)
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost)
@@ -349,6 +354,7 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
 
 int CudaBackend::graph_end() {
   check(recording_, "cuda graph: not recording");
+  join_staged();  // every branch joined before the capture ends
   recording_ = false;
   cudaGraph_t g = nullptr;
   cuda_check(cudaStreamEndCapture(stream_, &g), "end capture");
@@ -377,6 +383,8 @@ void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
 void CudaBackend::graph_abort() {
   if (!recording_) return;
   recording_ = false;
+  for (const auto& [table, j] : stage_join_) stage_events_.push_back(j.first);
+  stage_join_.clear();  // (the recorded stagings ran nothing)
   cudaGraph_t g = nullptr;
   cudaStreamEndCapture(stream_, &g);
   if (g) cudaGraphDestroy(g);

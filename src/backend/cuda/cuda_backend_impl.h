@@ -185,8 +185,15 @@ class CudaBackend final : public Backend {
   Scratch ids_, attn_, arrays_, h_, d_, wbf_, xbf_, g_, u_, hbf_, y_, rows_, rw_;
   struct Table {        // a registered layer of resident experts
     DeviceBuffer ptrs;  // [num_experts] cuda::ExpertPtrs
+    DeviceBuffer host;  // [num_experts] uint8: the entry names host memory
     WeightEncoding enc = WeightEncoding::BF16;
     bool vec = false;
+    int64_t num_experts = 0;
+    // Staging (stage_next): an expert's six regions (gate, up, down data,
+    // then their scales) at offset[r] of a slot of slot_bytes; the shadow
+    // table [num_experts] cuda::ExpertPtrs the next call on it reads.
+    size_t offset[6] = {}, bytes[6] = {}, slot_bytes = 0;
+    DeviceBuffer shadow;
   };
   std::vector<Table> tables_;
   // update_experts: the writes, pinned (read in place by the kernel), reused
@@ -204,14 +211,41 @@ class CudaBackend final : public Backend {
   bool unified_addressing_ = false;
   Scratch prep_, q8_;
   const Table& table_at(int table, int64_t k) const;
+  // Staging the next MoE layer's predicted host experts (NormAdd::next), on
+  // stage_stream_, forked from stream_ after this layer's router (which
+  // copies x to stage_x_: the prediction reads x as the router did, while
+  // this layer's down projection adds into x) and joined before the next
+  // layer's router: stage_join_[table] holds the join event of a table
+  // staged and not yet read. Two staging buffers used in turn
+  // (stage_count_): the staging after next is forked after the next layer's
+  // router, so after this layer's experts were read.
+  cudaStream_t stage_stream_ = nullptr;
+  cudaEvent_t stage_fork_ = nullptr;
+  std::map<int, std::pair<cudaEvent_t, bool>> stage_join_;  // (join, staged)
+  std::vector<cudaEvent_t> stage_events_;  // free join events
+  Scratch stage_x_, stage_route_, staging_[2];
+  uint64_t stage_count_ = 0;
+  bool can_stage(const NextLayer* next, int64_t k, int64_t hidden) const;
+  void stage_next(const NextLayer& next, int64_t k, bool renormalize, float eps, int64_t hidden);
+  // The table a call on `table` reads: its shadow after waiting for its
+  // staging (if any is pending), else its entries.
+  const cuda::ExpertPtrs* take_staged(int table);
+  void join_staged();  // stream_ waits for every pending staging
+  void route_add_ops(const MatView& router, const Table& t, const cuda::ExpertPtrs* p, float* x,
+                     int64_t k, bool renormalize, float* probs, int32_t* ids, float* weights,
+                     int64_t hidden, int64_t intermediate, const NormAdd& f, bool stage);
+  void moe_ptrs(const Table& t, const cuda::ExpertPtrs* p, const int32_t* ids, const float* weights,
+                int64_t k, const float* x, int64_t hidden, int64_t intermediate, float* out);
   // The q8 kernels for one token (false: they do not apply, nothing launched).
-  bool moe_q8(const Table& t, const int32_t* ids, const float* weights, int64_t k, const float* x,
+  bool moe_q8(const Table& t, const cuda::ExpertPtrs* p, const int32_t* ids, const float* weights,
+              int64_t k, const float* x,
               int64_t hidden, int64_t intermediate, float* out, bool early,
               const cuda::Q8Fuse& fuse = {});
   // Block counters and partials of the one-launch kernels (each 0 between
   // launches: the last block of a launch resets what it counted).
   struct Sync {
     unsigned route_done;      // router_topk
+    unsigned stage_done;      // router_topk of a staging prediction
     unsigned attn_done[256];  // decode attention, per kv head
     cuda::ArgmaxScratch argmax;
   };

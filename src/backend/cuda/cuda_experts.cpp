@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/error.h"
+#include "kernels/matview.h"
 
 namespace moetier {
 namespace {
@@ -18,6 +19,15 @@ cuda::ExpertPtrs ptrs_of(const ExpertView& v) {
 }
 
 bool uniform(const ExpertView& v) { return v.gate.enc == v.up.enc && v.up.enc == v.down.enc; }
+
+bool in_host_memory(const void* p) {
+  cudaPointerAttributes a{};
+  const bool host = cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeHost;
+  (void)cudaGetLastError();
+  return host;
+}
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
@@ -160,10 +170,24 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
     ptrs.push_back(ptrs_of(v));
     t.vec = t.vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
   }
+  t.num_experts = int64_t(views.size());
   t.ptrs = alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));
   cuda_check(cudaMemcpy(t.ptrs.data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs),
                         cudaMemcpyHostToDevice),
              "upload expert table");
+  std::vector<uint8_t> host(views.size());
+  for (size_t e = 0; e < views.size(); ++e) host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
+  t.host = alloc(host.size());
+  cuda_check(cudaMemcpy(t.host.data(), host.data(), host.size(), cudaMemcpyHostToDevice),
+             "upload expert table");
+  // A staging slot: the three matrices, then their scales, each 256-byte aligned.
+  const MatView* m[3] = {&views[0].gate, &views[0].up, &views[0].down};
+  for (int r = 0; r < 6; ++r) {
+    const MatView& v = *m[r % 3];
+    t.bytes[r] = r < 3 ? size_t(kernels::row_bytes(v) * v.rows) : scale_bytes(v);
+    t.offset[r] = t.slot_bytes;
+    t.slot_bytes += round_up(t.bytes[r], 256);
+  }
   tables_.push_back(std::move(t));
   return int(tables_.size() - 1);
 }
@@ -188,7 +212,8 @@ void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
     check(!t.vec || (aligned16(e.view.gate.data) && aligned16(e.view.up.data) &&
                      aligned16(e.view.down.data)),
           "cuda: expert table {}: entry {} is not 16-byte aligned", e.table, e.id);
-    w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view)};
+    w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view), t.host.as<uint8_t>() + e.id,
+            uint8_t(in_host_memory(e.view.gate.data) ? 1 : 0)};
   }
   cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
   cuda_check(cudaEventRecord(writes_done_, stream_), "table writes");
@@ -200,14 +225,14 @@ const CudaBackend::Table& CudaBackend::table_at(int table, int64_t k) const {
   return tables_[size_t(table)];
 }
 
-bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weights, int64_t k,
-                         const float* x, int64_t hidden, int64_t intermediate, float* out,
-                         bool early, const cuda::Q8Fuse& fuse) {
+bool CudaBackend::moe_q8(const Table& t, const cuda::ExpertPtrs* p, const int32_t* ids,
+                         const float* weights, int64_t k, const float* x, int64_t hidden,
+                         int64_t intermediate, float* out, bool early, const cuda::Q8Fuse& fuse) {
   if (legacy_decode_ || !act_q8_ ||
       !cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate))
     return false;
   void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
-  if (!cuda::moe_decode_q8(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights, int(k), x,
+  if (!cuda::moe_decode_q8(p, t.enc, t.vec, ids, weights, int(k), x,
                            hidden, intermediate, sq, out, early, stream_, fuse)) {
     (void)cudaGetLastError();  // a refused shared-memory attribute: the f32 path instead
     return false;
@@ -219,15 +244,21 @@ bool CudaBackend::moe_q8(const Table& t, const int32_t* ids, const float* weight
 void CudaBackend::moe_resident(int table, const int32_t* ids, const float* weights, int64_t k,
                                const float* x, int64_t hidden, int64_t intermediate, float* out) {
   const Table& t = table_at(table, k);
-  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, false)) return;
+  moe_ptrs(t, take_staged(table), ids, weights, k, x, hidden, intermediate, out);
+}
+
+// The experts of table t (entries p: its own or its shadow) for one token.
+void CudaBackend::moe_ptrs(const Table& t, const cuda::ExpertPtrs* p, const int32_t* ids,
+                           const float* weights, int64_t k, const float* x, int64_t hidden,
+                           int64_t intermediate, float* out) {
+  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, out, false)) return;
   float* h = static_cast<float*>(h_.get(*this, size_t(k * intermediate) * 4));
-  if (!legacy_decode_ && cuda::moe_decode(t.ptrs.as<cuda::ExpertPtrs>(), t.enc, t.vec, ids, weights,
-                                          int(k), x, hidden, intermediate, h, out, stream_))
+  if (!legacy_decode_ && cuda::moe_decode(p, t.enc, t.vec, ids, weights, int(k), x, hidden,
+                                          intermediate, h, out, stream_))
     return after("resident experts (fused)");
   cuda::fill_zero(out, hidden, stream_);
   void* prep = prep_.get(*this, cuda::expert_prep_bytes(k));
-  cuda::ExpertLaunch l =
-      cuda::prepare_decode_experts(ids, weights, k, t.ptrs.as<cuda::ExpertPtrs>(), prep, stream_);
+  cuda::ExpertLaunch l = cuda::prepare_decode_experts(ids, weights, k, p, prep, stream_);
   l.enc = t.enc;
   l.hidden = hidden;
   l.inter = intermediate;
@@ -246,22 +277,28 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
                                      bool renormalize, float* probs, int32_t* ids, float* weights,
                                      int64_t hidden, int64_t intermediate, float* out) {
   const Table& t = table_at(table, k);
+  const cuda::ExpertPtrs* p = take_staged(table);
   route_topk(router, x, 1, k, renormalize, probs, ids, weights);
   if (skipped(kSkipExperts, 1)) return;
   // Early reads need the router launched right before (MOETIER_CUDA_SKIP=router: not).
-  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, out, !skipped(kSkipRouter, 1))) return;
-  moe_resident(table, ids, weights, k, x, hidden, intermediate, out);
+  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, out, !skipped(kSkipRouter, 1)))
+    return;
+  moe_ptrs(t, p, ids, weights, k, x, hidden, intermediate, out);
 }
 
 // The router and the quantize kernel each normalize x themselves and the down
 // projection adds into x: four launches for norm, router, experts and
 // residual add. The early reads hold as in route_moe_resident (x was written
-// before the router). Other expert paths (f32 activations, legacy) take the default.
+// before the router). Other expert paths (f32 activations, legacy) run the
+// separate ops (route_add_ops). With f.next, the next layer's experts are
+// staged after the router (cuda_stage.cpp).
 void CudaBackend::route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                                          bool renormalize, float* probs, int32_t* ids,
                                          float* weights, int64_t hidden, int64_t intermediate,
                                          const NormAdd& f) {
   const Table& t = table_at(table, k);
+  const cuda::ExpertPtrs* p = take_staged(table);
+  const bool stage = !skip_ && can_stage(f.next, k, hidden);
   const bool fuse = fuse_ && !legacy_decode_ && act_q8_ &&
                     cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate) &&
                     router.cols == hidden && router.rows <= 1024 && k <= router.rows;
@@ -270,21 +307,40 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     return route_topk(router, f.xn, 1, k, renormalize, probs, ids, weights);
   }
   if (!fuse)
-    return Backend::route_moe_resident_add(router, table, x, k, renormalize, probs, ids, weights,
-                                           hidden, intermediate, f);
+    return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden, intermediate,
+                         f, stage);
+  float* xc = stage ? static_cast<float*>(stage_x_.get(*this, size_t(hidden) * 4)) : nullptr;
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
-                           stream_, f.norm, f.eps))
-      return Backend::route_moe_resident_add(router, table, x, k, renormalize, probs, ids, weights,
-                                             hidden, intermediate, f);
+                           stream_, f.norm, f.eps, xc))
+      return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden,
+                           intermediate, f, stage);
     after("router_topk_rmsnorm");
+    if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
-  if (moe_q8(t, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
+  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
              {f.norm, f.eps, true}))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
-  moe_resident(table, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
+  moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
+  add(x, f.tmp, hidden);
+}
+
+// The separate ops: xn = rmsnorm(x), the router, the experts into tmp, x +=
+// tmp; with stage, x is copied for the next layer's staging before the router.
+void CudaBackend::route_add_ops(const MatView& router, const Table& t, const cuda::ExpertPtrs* p,
+                                float* x, int64_t k, bool renormalize, float* probs, int32_t* ids,
+                                float* weights, int64_t hidden, int64_t intermediate,
+                                const NormAdd& f, bool stage) {
+  rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);
+  if (stage) {
+    copy(stage_x_.get(*this, size_t(hidden) * 4), x, size_t(hidden) * 4);
+    stage_next(*f.next, k, renormalize, f.eps, hidden);
+  }
+  route_topk(router, f.xn, 1, k, renormalize, probs, ids, weights);
+  if (!moe_q8(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp, !skipped(kSkipRouter, 1)))
+    moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
   add(x, f.tmp, hidden);
 }
 

@@ -70,9 +70,10 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // device counter, 0 before and after (the last block to finish runs the
 // top-k). false (nothing launched) where the vector GEMV does not apply.
 // norm: the logits of rmsnorm(x, norm, eps) (each block normalizes x itself).
+// x_copy [cols] (optional) = x, written by the launch.
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
-                 const float* norm = nullptr, float eps = 0.0f);
+                 const float* norm = nullptr, float eps = 0.0f, float* x_copy = nullptr);
 
 // Causal GQA attention (see Backend::attention). Graph mode: d_pos non-null,
 // the query's position is *d_pos and the grid covers max_positions. scratch:
@@ -113,10 +114,43 @@ struct ExpertPtrs {
 struct TableWrite {
   ExpertPtrs* dst;  // device: the entry
   ExpertPtrs v;
+  uint8_t* flag;  // device: the entry's host flag (or null)
+  uint8_t host;   // whether v names host memory
 };
-// *w[i].dst = w[i].v for i < n; w is read in place (pinned host memory is fine).
-// Launched without PDL: the next kernel sees the writes.
+// *w[i].dst = w[i].v (and *w[i].flag = w[i].host) for i < n; w is read in
+// place (pinned host memory is fine). Launched without PDL: the next kernel
+// sees the writes.
 void write_table_entries(const TableWrite* w, int n, cudaStream_t s);
+// While one is in scope, this thread's launches ask for no PDL (kernels on
+// a second stream whose first input comes through an event: a programmatic
+// edge would let them pass grid_wait once the producer triggered, before
+// its writes). Their grid_wait()s then return at once.
+struct PlainLaunches {
+  PlainLaunches();
+  ~PlainLaunches();
+  PlainLaunches(const PlainLaunches&) = delete;
+  PlainLaunches& operator=(const PlainLaunches&) = delete;
+};
+// A later layer's predicted experts staged (stage.cu): for each of the k ids
+// (device, written by the kernel before) whose host flag is set, the expert's
+// six regions (gate, up, down data, then their scales; null pointers
+// skipped) are copied from table[id] into staging slot j at offset[r]; shadow
+// [num_experts] = table with those entries naming the slot copies; staged [k]
+// (optional) = id where staged, -2 - id where not (already in device memory).
+// The ops that read shadow must wait for the kernel (a plain launch).
+constexpr unsigned kStageBlocks = 32;  // blocks per predicted expert
+struct StageLaunch {
+  const ExpertPtrs* table = nullptr;  // [num_experts] device
+  const uint8_t* host = nullptr;      // [num_experts] host flags
+  const int32_t* ids = nullptr;       // [k]
+  int k = 0, num_experts = 0;
+  uint8_t* staging = nullptr;  // [k, slot_bytes]
+  size_t slot_bytes = 0;
+  size_t offset[6] = {}, bytes[6] = {};
+  ExpertPtrs* shadow = nullptr;  // [num_experts]
+  int32_t* staged = nullptr;     // [k] or null
+};
+void stage_experts(const StageLaunch& a, cudaStream_t s);
 struct ExpertLaunch {
   WeightEncoding enc = WeightEncoding::BF16;
   int64_t hidden = 0, inter = 0;

@@ -118,13 +118,15 @@ template <int ENC, int V, bool NORM>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
                        const float* nw, float eps, int64_t k, int renorm, float* probs,
-                       int32_t* ids, float* weights, unsigned* done) {
+                       int32_t* ids, float* weights, unsigned* done, float* xcopy) {
   __shared__ float lut[16];
   __shared__ float red[NORM ? 2 : 1][kMaxThreads / 32];
   __shared__ bool last;
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
   const float t = block_rows_dot<ENC, 1, NORM>(w, sc, e, blockIdx.x, cols, x, lut, red, nw, eps);
+  if (xcopy && blockIdx.x == 0)
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
   if (threadIdx.x == 0) {
     probs[blockIdx.x] = t;
     __threadfence();  // the logit is visible before the count says so
@@ -428,46 +430,46 @@ void moe_enc(const ExpertPtrs* table, const int32_t* ids, const float* weights, 
 template <int ENC, bool NORM>
 void router_launch(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
                    bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done,
-                   cudaStream_t s) {
+                   float* xc, cudaStream_t s) {
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const unsigned g = unsigned(w.rows), t = threads_for(w.cols / Chunk<ENC>::kCols);
   const int r = renorm ? 1 : 0;
   if (w.rows <= 128)
     launch(router_topk_kernel<ENC, 4, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
-           k, r, probs, ids, weights, done);
+           k, r, probs, ids, weights, done, xc);
   else if (w.rows <= 256)
     launch(router_topk_kernel<ENC, 8, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
-           k, r, probs, ids, weights, done);
+           k, r, probs, ids, weights, done, xc);
   else
     launch(router_topk_kernel<ENC, 32, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
-           k, r, probs, ids, weights, done);
+           k, r, probs, ids, weights, done, xc);
 }
 
 template <int ENC>
 void router_enc(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
                 bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done,
-                cudaStream_t s) {
+                float* xc, cudaStream_t s) {
   if (nw)
-    router_launch<ENC, true>(w, x, nw, eps, k, renorm, probs, ids, weights, done, s);
+    router_launch<ENC, true>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, s);
   else
-    router_launch<ENC, false>(w, x, nw, eps, k, renorm, probs, ids, weights, done, s);
+    router_launch<ENC, false>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, s);
 }
 
 }  // namespace
 
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s, const float* norm,
-                 float eps) {
+                 float eps, float* x_copy) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows < 1 || w.rows > 1024 || k < 1 ||
       k > 32 || k > w.rows || w.cols % enc_cols(w.enc))
     return false;
   switch (w.enc) {
     case WeightEncoding::F32:
-      return router_enc<kF32>(w, x, norm, eps, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kF32>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s), true;
     case WeightEncoding::BF16:
-      return router_enc<kBF16>(w, x, norm, eps, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kBF16>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s), true;
     default:
-      return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, s), true;
+      return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s), true;
   }
 }
 

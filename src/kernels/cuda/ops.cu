@@ -137,13 +137,20 @@ __global__ void __launch_bounds__(kArgThreads)
 
 }  // namespace
 
+namespace {
+thread_local int t_pdl_off = 0;  // PlainLaunches in scope on this thread
+}  // namespace
+
 bool pdl_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("MOETIER_CUDA_PDL");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  return on;
+  return on && t_pdl_off == 0;
 }
+
+PlainLaunches::PlainLaunches() { ++t_pdl_off; }
+PlainLaunches::~PlainLaunches() { --t_pdl_off; }
 
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s) {
   const int64_t per = 16 * kArgThreads;  // values per block at the least
@@ -185,7 +192,9 @@ void fill_zero(float* x, int64_t n, cudaStream_t s) {
 
 __global__ void table_write_kernel(const TableWrite* w, int n) {
   const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i < n) *w[i].dst = w[i].v;
+  if (i >= n) return;
+  *w[i].dst = w[i].v;
+  if (w[i].flag) *w[i].flag = w[i].host;
 }
 
 void write_table_entries(const TableWrite* w, int n, cudaStream_t s) {

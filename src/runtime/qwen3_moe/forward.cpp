@@ -94,10 +94,19 @@ void Qwen3MoeModel::moe(int64_t layer, float* x, float* xn, std::span<const int3
   const float eps = float(cfg_.rms_norm_eps);
   const int table = experts.device_table(layer);
   if (n == 1 && table >= 0 && !(opt.observer && *opt.observer)) {  // resident decode, no host
+    Backend::NextLayer next;  // the next layer's experts, staged where the provider asks
+    const int64_t nl = next_moe_layer(layer);
+    if (nl < cfg_.num_hidden_layers) {
+      next.table = experts.device_table(nl);
+      next.staged = experts.device_staged(nl);
+      next.router = &layers_[size_t(nl)].router;
+      next.norm = layers_[size_t(nl)].post_attention_norm;
+    }
+    const bool stage = next.table >= 0 && next.staged;
     route_moe_resident_add_device(*be_, lw.router, table, x, cfg_.num_experts_per_tok,
                                   cfg_.norm_topk_prob, h, cfg_.moe_intermediate_size,
-                                  {lw.post_attention_norm, eps, xn, out}, ws,
-                                  experts.device_ids(layer));
+                                  {lw.post_attention_norm, eps, xn, out, stage ? &next : nullptr},
+                                  ws, experts.device_ids(layer));
     return;
   }
   be_->rmsnorm(x, lw.post_attention_norm, n, h, eps, xn);
@@ -122,13 +131,18 @@ void Qwen3MoeModel::moe(int64_t layer, float* x, float* xn, std::span<const int3
   b.x = xn;
   b.out = out;
   if (n == 1 && experts.wants_next_layer_hints()) {  // layer L + 1's router on L's hidden state
-    int64_t next = layer + 1;
-    while (next < cfg_.num_hidden_layers && !layers_[size_t(next)].moe) ++next;
+    const int64_t next = next_moe_layer(layer);
     if (next < cfg_.num_hidden_layers)
       b.after_first_submit = [&, next] { hint_layer(next, x, experts, ws); };
   }
   run_moe_block(*be_, experts, b);
   be_->add(x, out, n * h);
+}
+
+int64_t Qwen3MoeModel::next_moe_layer(int64_t layer) const {
+  int64_t next = layer + 1;
+  while (next < cfg_.num_hidden_layers && !layers_[size_t(next)].moe) ++next;
+  return next;
 }
 
 void Qwen3MoeModel::hint_layer(int64_t next, const float* x, ExpertProvider& experts,

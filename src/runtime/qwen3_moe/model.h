@@ -83,6 +83,8 @@ class Qwen3MoeModel final : public Model {
   // --prefetch next-layer: the experts layer `next`'s router picks for x [1,
   // hidden] (normalized with that layer's post-attention norm), as a prefetch hint.
   void hint_layer(int64_t next, const float* x, ExpertProvider& experts, Workspace& ws) const;
+  // The first MoE layer after `layer` (num_hidden_layers: none).
+  int64_t next_moe_layer(int64_t layer) const;
 
   const Checkpoint* ck_ = nullptr;
   Backend* be_ = nullptr;
