@@ -324,11 +324,17 @@ step_mapped30() {  # the host-tier arm with the mapped host tier and without, in
 }
 step_stage30() {  # the host-tier arm with next-layer staging and without, interleaved, and all resident
   bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+  local h=(--prompt-tokens 256 --gen 128 --runs 2 --arena 28% --host-cache 17GiB)
   for r in 1 2; do
-    bench_arm "moetier cuda arena 28% + host tier" --prompt-tokens 256 --gen 128 --runs 2 \
-      --arena 28% --host-cache 17GiB
-    bench_arm "moetier cuda arena 28% + host tier, prefetch next-layer" --prompt-tokens 256 \
-      --gen 128 --runs 2 --arena 28% --host-cache 17GiB --prefetch next-layer
+    bench_arm "moetier cuda arena 28% + host tier" "${h[@]}"
+    bench_arm "moetier cuda arena 28% + host tier, prefetch next-layer" "${h[@]}" --prefetch next-layer
+    MOETIER_CUDA_STAGE=predict bench_arm \
+      "moetier cuda arena 28% + host tier, prefetch next-layer, predicted only" "${h[@]}" --prefetch next-layer
+    for b in ${STAGE_BLOCKS:-}; do
+      MOETIER_CUDA_STAGE_BLOCKS=$b bench_arm \
+        "moetier cuda arena 28% + host tier, prefetch next-layer, $b blocks per expert" "${h[@]}" \
+        --prefetch next-layer
+    done
   done
 }
 step_policy30() {  # the host-tier arm under each replacement policy

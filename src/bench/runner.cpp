@@ -39,10 +39,11 @@ struct Snap {
   uint64_t proc_read = 0;
   bool proc_ok = false;
   Clock::time_point t;
+  PrefetchCounters pf;
 };
 
 Snap snap(const ExpertStats& s) {
-  Snap x{s.total(), s.host_copy_bytes, 0, false, Clock::now()};
+  Snap x{s.total(), s.host_copy_bytes, 0, false, Clock::now(), s.prefetch};
   if (auto io = io::process_io()) x.proc_read = io->read_bytes, x.proc_ok = true;
   return x;
 }
@@ -101,6 +102,13 @@ json run_json(const LayerCounters& d, const Snap& s0, const Snap& s2) {
                      {"all", double(d.hits()) / u}};
   }
   r["io_stall_s"] = double(d.stall_ns) * 1e-9;
+  const PrefetchCounters &p0 = s0.pf, &p2 = s2.pf;
+  if (p2.hints > p0.hints)  // the run's prefetch hints, and what came of them
+    r["prefetch"] = {{"hints", p2.hints - p0.hints},
+                     {"redundant", p2.redundant - p0.redundant},
+                     {"issued", p2.issued - p0.issued},
+                     {"used", p2.used - p0.used},
+                     {"wasted", p2.wasted - p0.wasted}};
   return r;
 }
 

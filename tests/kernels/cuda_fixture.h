@@ -159,11 +159,17 @@ class EnvVar {
 // backend is made) and the CPU's MXFP4 activations to one mode; restores both.
 class ActMode {
  public:
+  // The CPU reference of the GPU's q8 mode: q8 activations for MXFP4
+  // weights only (no bf16 activations for bf16 weights, as on AVX-512 BF16 CPUs).
   explicit ActMode(const char* mode)
       : before_(cpu::mxfp4_activations()), env_("MOETIER_CUDA_ACT", mode) {
     cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
+    cpu::allow_bf16_activations(false);
   }
-  ~ActMode() { cpu::set_mxfp4_activations(before_); }
+  ~ActMode() {
+    cpu::set_mxfp4_activations(before_);
+    cpu::allow_bf16_activations(true);
+  }
 
  private:
   cpu::Activations before_;

@@ -99,6 +99,22 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(!fz || std::string(fz) == "0" || std::string(fz) == "1",
         "MOETIER_CUDA_FUSE={}: expected 0 or 1", fz ? fz : "");
   fuse_ = !fz || std::string(fz) == "1";
+  // MOETIER_CUDA_STAGE=copy (default) | predict (the next layer's prediction,
+  // nothing copied) | 0 (no staging), and MOETIER_CUDA_STAGE_BLOCKS=N blocks
+  // per staged expert: A/B of --prefetch next-layer on the mapped host tier.
+  if (const char* st = std::getenv("MOETIER_CUDA_STAGE")) {
+    const std::string v = st;
+    check(v == "copy" || v == "predict" || v == "0",
+          "MOETIER_CUDA_STAGE={}: expected copy, predict or 0", v);
+    stage_mode_ = v == "copy" ? 2 : v == "predict" ? 1 : 0;
+  }
+  if (const char* sb = std::getenv("MOETIER_CUDA_STAGE_BLOCKS")) {
+    char* end = nullptr;
+    const long v = std::strtol(sb, &end, 10);
+    check(end != sb && *end == '\0' && v >= 1 && v <= 1024,
+          "MOETIER_CUDA_STAGE_BLOCKS={}: expected 1 to 1024", sb);
+    stage_blocks_ = int(v);
+  }
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_GEMV_WARP_ROWS=N: matrices of N rows or more take the warp
   // GEMV (default 32768: the LM head), the others the block GEMV (A/B).

@@ -225,6 +225,8 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> stage_events_;  // free join events
   Scratch stage_x_, stage_route_, staging_[2];
   uint64_t stage_count_ = 0;
+  int stage_mode_ = 2;     // MOETIER_CUDA_STAGE: 0 off, 1 predict only, 2 copy
+  int stage_blocks_ = 32;  // MOETIER_CUDA_STAGE_BLOCKS: blocks per staged expert
   bool can_stage(const NextLayer* next, int64_t k, int64_t hidden) const;
   void stage_next(const NextLayer& next, int64_t k, bool renormalize, float eps, int64_t hidden);
   // The table a call on `table` reads: its shadow after waiting for its

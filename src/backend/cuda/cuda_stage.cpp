@@ -25,7 +25,7 @@ bool CudaBackend::can_stage(const NextLayer* next, int64_t k, int64_t hidden) co
   if (!next || !next->router || next->table < 0 || size_t(next->table) >= tables_.size())
     return false;
   const Table& t = tables_[size_t(next->table)];
-  return t.slot_bytes > 0 && k >= 1 && k <= 32 && k <= t.num_experts &&
+  return stage_mode_ > 0 && t.slot_bytes > 0 && k >= 1 && k <= 32 && k <= t.num_experts &&
          next->router->rows == t.num_experts && next->router->cols == hidden;
 }
 
@@ -60,7 +60,8 @@ void CudaBackend::stage_next(const NextLayer& next, int64_t k, bool renormalize,
     cuda_check(cudaGetLastError(), "stage: router");
     cuda::StageLaunch a;
     a.table = t.ptrs.as<cuda::ExpertPtrs>();
-    a.host = t.host.as<uint8_t>();
+    a.host = stage_mode_ == 2 ? t.host.as<uint8_t>() : nullptr;
+    a.blocks = unsigned(stage_blocks_);
     a.ids = ids;
     a.k = int(k);
     a.num_experts = int(t.num_experts);

@@ -105,10 +105,17 @@ Activations mxfp4_activations() {
   return Activations(a);
 }
 
+namespace {
+std::atomic<bool> g_bf16_allowed{true};
+}  // namespace
+
 bool bf16_activations() {
-  return mxfp4_activations() == Activations::Q8 && kernel_path() == KernelPath::Avx512 &&
+  return g_bf16_allowed.load(std::memory_order_relaxed) &&
+         mxfp4_activations() == Activations::Q8 && kernel_path() == KernelPath::Avx512 &&
          cpu_has_avx512bf16();
 }
+
+void allow_bf16_activations(bool on) { g_bf16_allowed.store(on, std::memory_order_relaxed); }
 
 void set_mxfp4_activations(Activations a) { g_act.store(int(a), std::memory_order_relaxed); }
 

@@ -35,6 +35,10 @@ Activations mxfp4_activations();
 // bf16 weights take bf16 activations (kernels/cpu/bf16.h): the q8 mode on the
 // avx512 path of a CPU with AVX-512 BF16.
 bool bf16_activations();
+// false: bf16 weights keep f32 activations in the q8 mode too (the CUDA
+// backend's q8 mode quantizes only MXFP4 experts' activations: its tests
+// compare against this CPU mode). Process-wide; default true.
+void allow_bf16_activations(bool on);
 void set_mxfp4_activations(Activations a);
 const char* activations_name(Activations a);
 

@@ -137,11 +137,12 @@ struct PlainLaunches {
 // skipped) are copied from table[id] into staging slot j at offset[r]; shadow
 // [num_experts] = table with those entries naming the slot copies; staged [k]
 // (optional) = id where staged, -2 - id where not (already in device memory).
+// The grid: (blocks, k) of 256 threads.
 // The ops that read shadow must wait for the kernel (a plain launch).
-constexpr unsigned kStageBlocks = 32;  // blocks per predicted expert
 struct StageLaunch {
   const ExpertPtrs* table = nullptr;  // [num_experts] device
-  const uint8_t* host = nullptr;      // [num_experts] host flags
+  const uint8_t* host = nullptr;      // [num_experts] host flags (null: none copied)
+  unsigned blocks = 32;               // per predicted expert
   const int32_t* ids = nullptr;       // [k]
   int k = 0, num_experts = 0;
   uint8_t* staging = nullptr;  // [k, slot_bytes]

@@ -39,7 +39,7 @@ __global__ void stage_experts_kernel(StageLaunch a) {
     __syncthreads();
     if (threadIdx.x < unsigned(a.k)) {
       const int jj = int(threadIdx.x), pid = a.ids[jj];
-      const bool host = a.host[pid] != 0;
+      const bool host = a.host && a.host[pid] != 0;
       if (host) {
         uint8_t* slot = a.staging + size_t(jj) * a.slot_bytes;
         const ExpertPtrs& src = a.table[pid];
@@ -53,7 +53,7 @@ __global__ void stage_experts_kernel(StageLaunch a) {
       if (a.staged) a.staged[jj] = host ? pid : -2 - pid;
     }
   }
-  if (!a.host[id]) return;
+  if (!a.host || !a.host[id]) return;
   const ExpertPtrs& src = a.table[id];
   uint8_t* slot = a.staging + size_t(j) * a.slot_bytes;
   const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x, nt = size_t(gridDim.x) * blockDim.x;
@@ -67,7 +67,7 @@ __global__ void stage_experts_kernel(StageLaunch a) {
 
 void stage_experts(const StageLaunch& a, cudaStream_t s) {
   // A plain launch: it reads the ids the kernel before it wrote.
-  stage_experts_kernel<<<dim3(kStageBlocks, unsigned(a.k)), 256, 0, s>>>(a);
+  stage_experts_kernel<<<dim3(a.blocks, unsigned(a.k)), 256, 0, s>>>(a);
 }
 
 }  // namespace moetier::cuda
