@@ -25,6 +25,7 @@
 #                                                    each op's time, beside llama.cpp (nothing in the background)
 #   bins q30 pf30                                    the storage arm with next-layer prefetch and without
 #   bins test q30 stage30                            the host-tier arm with next-layer staging and without
+#   bins test q30 admit30                            the host-tier arm with admission windows
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -334,6 +335,15 @@ step_stage30() {  # the host-tier arm with next-layer staging and without, inter
       MOETIER_CUDA_STAGE_BLOCKS=$b bench_arm \
         "moetier cuda arena 28% + host tier, prefetch next-layer, $b blocks per expert" "${h[@]}" \
         --prefetch next-layer
+    done
+  done
+}
+step_admit30() {  # the host-tier arm with admission windows (MOETIER_MAPPED_ADMIT), interleaved
+  bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+  local h=(--prompt-tokens 256 --gen 128 --runs 2 --arena 28% --host-cache 17GiB)
+  for r in 1 2; do
+    for w in 0 ${ADMIT_WINDOWS:-4 16 64}; do
+      MOETIER_MAPPED_ADMIT=$w bench_arm "moetier cuda arena 28% + host tier, admit window $w" "${h[@]}"
     done
   done
 }

@@ -50,6 +50,13 @@ void ArenaExperts::setup_mapped(const ArenaConfig& cfg) {
                         staged_none_.size() * sizeof(int32_t));
   }
   entry_slot_.assign(index_.num_keys(), -1);
+  if (const char* w = std::getenv("MOETIER_MAPPED_ADMIT")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(w, &end, 10);
+    check(end != w && *end == '\0' && v >= 0, "MOETIER_MAPPED_ADMIT={}: expected steps >= 0", w);
+    admit_window_ = uint64_t(v);
+  }
+  host_seen_.assign(index_.num_keys(), 0);
   mapped_ = true;
   setup_.ns += uint64_t(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
@@ -142,6 +149,7 @@ void ArenaExperts::before_device_step() {
 
 void ArenaExperts::after_device_step() {
   if (!mapped_) return;
+  ++device_steps_;
   backend_->to_host(routing_host_.data(), routing_dev_.data(),
                     routing_host_.size() * sizeof(int32_t));  // waits for the step
   if (staged_dev_.data()) {
@@ -157,6 +165,35 @@ void ArenaExperts::after_device_step() {
     if (staged_dev_.data()) count_staged(l, at(staged_host_), at(routing_host_));
     device_step_layer(l, at(routing_host_));
   }
+}
+
+// MOETIER_MAPPED_ADMIT=W (steps): an expert read from the host tier is
+// admitted into the arena only on its second host-tier use within W device
+// steps; the first is counted (a host-tier hit) and not planned, so it takes
+// no slot and no copy. Keeps one-off experts from costing a PCIe copy and an
+// eviction each. Removes those keys from keys_.
+void ArenaExperts::keep_admitted(int64_t layer) {
+  Plan bypass;
+  bypass.clear(Phase::Decode);
+  size_t n = 0;
+  for (const ExpertKey k : keys_) {
+    const KeyState st = res_.state(k);
+    const bool resident = st == KeyState::Hot || st == KeyState::Transient || st == KeyState::Loading;
+    const uint64_t seen = host_seen_[k];
+    host_seen_[k] = device_steps_;
+    if (resident || (seen > 0 && device_steps_ - seen <= admit_window_)) {
+      keys_[n++] = k;
+      continue;
+    }
+    PlanStep ps;
+    ps.key = k;
+    ps.found = Tier::Host;
+    ps.host_slot = res_.host_slot_of(k);
+    bypass.steps.push_back(ps);
+  }
+  keys_.resize(n);
+  if (!bypass.steps.empty())
+    stats_->record(layer, bypass, [&](ExpertKey k) { return index_.record(k).bytes; });
 }
 
 // A layer's staging report (Backend::NextLayer::staged): per predicted slot
@@ -200,6 +237,7 @@ void ArenaExperts::device_step_layer(int64_t layer, std::span<const int32_t> ids
 
 void ArenaExperts::device_step_batch(int64_t layer, std::span<const int32_t> ids) {
   collect_keys(layer, ids);
+  if (admit_window_ > 0) keep_admitted(layer);
   Plan plan;
   try {
     res_.plan(keys_, Phase::Decode, plan);

@@ -136,3 +136,40 @@ TEST(MappedHost, OnlyWhereItApplies) {
     EXPECT_EQ(a->device_ids(-1), nullptr);
   }
 }
+
+// MOETIER_MAPPED_ADMIT=W: an expert read from the host tier enters the arena
+// only when it was used within the last W steps; a first use is a host-tier
+// hit with no copy. The same bits as the CPU engine, every use counted, and
+// fewer admission copies than admitting on every host-tier use.
+TEST(MappedHost, AdmissionWindowChangesNoBitAndCopiesLess) {
+  uint32_t seed = 950;
+  const int kSteps = 10;
+  uint64_t bytes[2] = {0, 0};  // all fixtures: admit always, admit within 4 steps
+  for (const char* name : kGreedyFixtures) {
+    const CpuReference cr = cpu_reference(name, 11, seed++, kSteps);
+    const ModelSpec& cfg = cr.spec();
+    uint64_t uses[2] = {0, 0};
+    for (int w : {0, 1}) {
+      const std::string what = std::string(name) + (w ? ", MOETIER_MAPPED_ADMIT=4" : "");
+      if (w) ::setenv("MOETIER_MAPPED_ADMIT", "4", 1);
+      DeviceDouble dev;
+      dev.maps_host = true;
+      const std::unique_ptr<Model> model = load_model(*cr.ck, dev);
+      ExpertStats stats;
+      auto arena = arena_on(dev, *cr.ck, cfg, 3, "512MiB", stats);
+      ::unsetenv("MOETIER_MAPPED_ADMIT");
+      ASSERT_TRUE(arena->mapped_host()) << what;
+      std::vector<uint64_t> copies{0, 0};
+      expect_identical_runs(cr.run, session_run(*model, *arena, cr.prompt, kSteps, dev, copies),
+                            what);
+      arena->drain();
+      const LayerCounters t = stats.total();
+      EXPECT_EQ(t.misses, 0u) << what;
+      EXPECT_EQ(t.hits() + t.misses, t.uses) << what;
+      uses[w] = t.uses;
+      bytes[w] += dev.async_copy_bytes();
+    }
+    EXPECT_EQ(uses[0], uses[1]) << name;
+  }
+  EXPECT_LT(bytes[1], bytes[0]);
+}
