@@ -278,7 +278,7 @@ class ArenaExperts final : public ExpertProvider {
   std::vector<int32_t> staged_host_;   // [layers, top_k] their host copy
   std::vector<int32_t> staged_none_;   // [layers, top_k] all -1: the reset
   void count_staged(int64_t layer, std::span<const int32_t> staged, std::span<const int32_t> ids);
-  uint64_t admit_window_ = 0;        // MOETIER_MAPPED_ADMIT (0: admit on every host-tier use)
+  uint64_t admit_window_ = 64;       // MOETIER_MAPPED_ADMIT (0: admit on every host-tier use)
   uint64_t device_steps_ = 0;        // device steps seen (after_device_step)
   std::vector<uint64_t> host_seen_;  // [num_keys] device step of the last use (0: none)
   void keep_admitted(int64_t layer);

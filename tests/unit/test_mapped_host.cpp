@@ -137,10 +137,11 @@ TEST(MappedHost, OnlyWhereItApplies) {
   }
 }
 
-// MOETIER_MAPPED_ADMIT=W: an expert read from the host tier enters the arena
-// only when it was used within the last W steps; a first use is a host-tier
-// hit with no copy. The same bits as the CPU engine, every use counted, and
-// fewer admission copies than admitting on every host-tier use.
+// The admission window (MOETIER_MAPPED_ADMIT=W): an expert read from the
+// host tier enters the arena only when it was used within the last W steps;
+// a first use is a host-tier hit with no copy. The same bits as the CPU
+// engine, every use counted, and fewer admission copies than admitting on
+// every host-tier use (W = 0).
 TEST(MappedHost, AdmissionWindowChangesNoBitAndCopiesLess) {
   uint32_t seed = 950;
   const int kSteps = 10;
@@ -150,8 +151,8 @@ TEST(MappedHost, AdmissionWindowChangesNoBitAndCopiesLess) {
     const ModelSpec& cfg = cr.spec();
     uint64_t uses[2] = {0, 0};
     for (int w : {0, 1}) {
-      const std::string what = std::string(name) + (w ? ", MOETIER_MAPPED_ADMIT=4" : "");
-      if (w) ::setenv("MOETIER_MAPPED_ADMIT", "4", 1);
+      const std::string what = std::string(name) + ", MOETIER_MAPPED_ADMIT=" + (w ? "4" : "0");
+      ::setenv("MOETIER_MAPPED_ADMIT", w ? "4" : "0", 1);
       DeviceDouble dev;
       dev.maps_host = true;
       const std::unique_ptr<Model> model = load_model(*cr.ck, dev);
