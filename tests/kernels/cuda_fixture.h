@@ -24,6 +24,18 @@ namespace moetier::testing {
 
 inline bool have_gpu() { return built_with_cuda() && cuda_device_count() > 0; }
 
+// Unless the environment says otherwise, both engines start with f32
+// activations (MOETIER_CPU_ACT, MOETIER_CUDA_ACT; read at first use): the
+// tests that compare the GPU with the CPU engine end to end (greedy tokens,
+// 1e-4 on logits) compare like with like on every CPU (the CPU's q8 mode
+// computes bf16 weights with bf16 activations on AVX-512 BF16 CPUs; the
+// GPU's does not). ActMode pins the q8 modes where a test compares them.
+inline const bool kF32ActivationsByDefault = [] {
+  ::setenv("MOETIER_CPU_ACT", "f32", 0);
+  ::setenv("MOETIER_CUDA_ACT", "f32", 0);
+  return true;
+}();
+
 #define REQUIRE_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)"
 
