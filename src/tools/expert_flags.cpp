@@ -39,7 +39,9 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
       ->group(g);
   cmd.add_option("--prefetch", o.prefetch,
                  "Expert prefetch at decode: none (default), next-layer (layer L+1's router on "
-                 "layer L's hidden state; counted in --stats)")
+                 "layer L's hidden state; counted in --stats; on the CUDA mapped host tier "
+                 "it stages the predicted host experts during the layer before, measured "
+                 "slower there: docs/cache-protocol.md)")
       ->check(CLI::IsMember({"none", "next-layer"}))
       ->group(g);
   cmd.add_flag("--stats", o.stats, "Print the expert memory counters at the end")->group(g);
