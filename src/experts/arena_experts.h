@@ -282,7 +282,7 @@ class ArenaExperts final : public ExpertProvider {
   uint64_t device_steps_ = 0;        // device steps seen (after_device_step)
   std::vector<uint64_t> host_seen_;  // [num_keys] device step of the last use (0: none)
   void keep_admitted(int64_t layer);
-  std::vector<int32_t> entry_slot_;    // [num_keys] arena slot the table names, -1: host tier
+  std::vector<int32_t> entry_slot_;  // [num_keys] arena slot the table names, -1: host tier
   // Plans whose host -> arena copies are in flight, oldest first, with the
   // number of each plan's last copy (Backend::copy_done).
   std::vector<std::pair<uint64_t, Plan>> copying_;

@@ -181,18 +181,20 @@ void ArenaExperts::keep_admitted(int64_t layer) {
   size_t n = 0;
   for (const ExpertKey k : keys_) {
     const KeyState st = res_.state(k);
-    const bool resident = st == KeyState::Hot || st == KeyState::Transient || st == KeyState::Loading;
+    const bool resident =
+        st == KeyState::Hot || st == KeyState::Transient || st == KeyState::Loading;
     const uint64_t seen = host_seen_[k];
     host_seen_[k] = device_steps_;
     if (resident || (seen > 0 && device_steps_ - seen <= admit_window_)) {
       keys_[n++] = k;
       continue;
     }
-    PlanStep ps;
+    PlanStep ps;  // where the step read it, as device_step_batch counts it
     ps.key = k;
-    ps.found = Tier::Host;
+    ps.found = entry_slot_[k] < 0 ? Tier::Host : Tier::Hot;  // (evicted by an earlier plan)
     ps.host_slot = res_.host_slot_of(k);
     bypass.steps.push_back(ps);
+    last_hit_[k] = ps.found == Tier::Hot;
   }
   keys_.resize(n);
   if (!bypass.steps.empty())
@@ -201,7 +203,8 @@ void ArenaExperts::keep_admitted(int64_t layer) {
 
 // A layer's staging report (Backend::NextLayer::staged): per predicted slot
 // the id copied to device memory, -2 - id for one already there, -1 for no
-// prediction. A copied expert is used when the layer's router picked it.
+// prediction. A copied expert is used when the layer's router picked it. Its
+// bytes count in host_copy_bytes (PCIe bytes, as the admissions' copies).
 void ArenaExperts::count_staged(int64_t layer, std::span<const int32_t> staged,
                                 std::span<const int32_t> ids) {
   PrefetchCounters& c = stats_->prefetch;

@@ -174,17 +174,20 @@ class ActMode {
   // The CPU reference of the GPU's q8 mode: q8 activations for MXFP4
   // weights only (no bf16 activations for bf16 weights, as on AVX-512 BF16 CPUs).
   explicit ActMode(const char* mode)
-      : before_(cpu::mxfp4_activations()), env_("MOETIER_CUDA_ACT", mode) {
+      : before_(cpu::mxfp4_activations()),
+        bf16_before_(cpu::bf16_activations_allowed()),
+        env_("MOETIER_CUDA_ACT", mode) {
     cpu::set_mxfp4_activations(mode[0] == 'q' ? cpu::Activations::Q8 : cpu::Activations::F32);
     cpu::allow_bf16_activations(false);
   }
   ~ActMode() {
     cpu::set_mxfp4_activations(before_);
-    cpu::allow_bf16_activations(true);
+    cpu::allow_bf16_activations(bf16_before_);
   }
 
  private:
   cpu::Activations before_;
+  bool bf16_before_;
   EnvVar env_;
 };
 

@@ -7,6 +7,7 @@
 // size, and whether the copies land at once or a step late.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "cpu_reference.h"
@@ -146,6 +147,8 @@ TEST(MappedHost, AdmissionWindowChangesNoBitAndCopiesLess) {
   uint32_t seed = 950;
   const int kSteps = 10;
   uint64_t bytes[2] = {0, 0};  // all fixtures: admit always, admit within 4 steps
+  const char* env = std::getenv("MOETIER_MAPPED_ADMIT");
+  const std::string before = env ? env : "";
   for (const char* name : kGreedyFixtures) {
     const CpuReference cr = cpu_reference(name, 11, seed++, kSteps);
     const ModelSpec& cfg = cr.spec();
@@ -158,7 +161,8 @@ TEST(MappedHost, AdmissionWindowChangesNoBitAndCopiesLess) {
       const std::unique_ptr<Model> model = load_model(*cr.ck, dev);
       ExpertStats stats;
       auto arena = arena_on(dev, *cr.ck, cfg, 3, "512MiB", stats);
-      ::unsetenv("MOETIER_MAPPED_ADMIT");
+      env ? (void)::setenv("MOETIER_MAPPED_ADMIT", before.c_str(), 1)
+          : (void)::unsetenv("MOETIER_MAPPED_ADMIT");
       ASSERT_TRUE(arena->mapped_host()) << what;
       std::vector<uint64_t> copies{0, 0};
       expect_identical_runs(cr.run, session_run(*model, *arena, cr.prompt, kSteps, dev, copies),

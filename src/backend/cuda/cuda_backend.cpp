@@ -38,6 +38,25 @@ size_t scale_bytes(const MatView& w) {
   return 0;
 }
 
+// MOETIER_CUDA_STAGE=copy (default) | predict (the next layer's prediction,
+// nothing copied) | 0 (no staging), and MOETIER_CUDA_STAGE_BLOCKS=N blocks
+// per staged expert: A/B of --prefetch next-layer on the mapped host tier.
+static void read_stage_env(int& mode, int& blocks) {
+  if (const char* st = std::getenv("MOETIER_CUDA_STAGE")) {
+    const std::string v = st;
+    check(v == "copy" || v == "predict" || v == "0",
+          "MOETIER_CUDA_STAGE={}: expected copy, predict or 0", v);
+    mode = v == "copy" ? 2 : v == "predict" ? 1 : 0;
+  }
+  if (const char* sb = std::getenv("MOETIER_CUDA_STAGE_BLOCKS")) {
+    char* end = nullptr;
+    const long v = std::strtol(sb, &end, 10);
+    check(end != sb && *end == '\0' && v >= 1 && v <= 1024,
+          "MOETIER_CUDA_STAGE_BLOCKS={}: expected 1 to 1024", sb);
+    blocks = int(v);
+  }
+}
+
 // MOETIER_CUDA_SKIP: a comma-separated list of norm, qkv, attn, o, router, experts.
 static unsigned parse_skip(const char* v) {
   unsigned m = 0;
@@ -99,22 +118,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(!fz || std::string(fz) == "0" || std::string(fz) == "1",
         "MOETIER_CUDA_FUSE={}: expected 0 or 1", fz ? fz : "");
   fuse_ = !fz || std::string(fz) == "1";
-  // MOETIER_CUDA_STAGE=copy (default) | predict (the next layer's prediction,
-  // nothing copied) | 0 (no staging), and MOETIER_CUDA_STAGE_BLOCKS=N blocks
-  // per staged expert: A/B of --prefetch next-layer on the mapped host tier.
-  if (const char* st = std::getenv("MOETIER_CUDA_STAGE")) {
-    const std::string v = st;
-    check(v == "copy" || v == "predict" || v == "0",
-          "MOETIER_CUDA_STAGE={}: expected copy, predict or 0", v);
-    stage_mode_ = v == "copy" ? 2 : v == "predict" ? 1 : 0;
-  }
-  if (const char* sb = std::getenv("MOETIER_CUDA_STAGE_BLOCKS")) {
-    char* end = nullptr;
-    const long v = std::strtol(sb, &end, 10);
-    check(end != sb && *end == '\0' && v >= 1 && v <= 1024,
-          "MOETIER_CUDA_STAGE_BLOCKS={}: expected 1 to 1024", sb);
-    stage_blocks_ = int(v);
-  }
+  read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_GEMV_WARP_ROWS=N: matrices of N rows or more take the warp
   // GEMV (default 32768: the LM head), the others the block GEMV (A/B).
@@ -365,6 +369,7 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
   recording_ = true;
   record_pos_ = pos;
   record_max_ = max_positions;
+  join_staged();  // (stagings of a plain step that threw: joined outside the capture)
   cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
 }
 
@@ -399,8 +404,10 @@ void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
 void CudaBackend::graph_abort() {
   if (!recording_) return;
   recording_ = false;
-  for (const auto& [table, j] : stage_join_) stage_events_.push_back(j.first);
-  stage_join_.clear();  // (the recorded stagings ran nothing)
+  try {
+    join_staged();  // every branch joined, so the capture ends (and is dropped) cleanly
+  } catch (const Error&) {
+  }
   cudaGraph_t g = nullptr;
   cudaStreamEndCapture(stream_, &g);
   if (g) cudaGraphDestroy(g);

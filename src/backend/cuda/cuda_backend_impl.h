@@ -222,7 +222,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stage_stream_ = nullptr;
   cudaEvent_t stage_fork_ = nullptr;
   std::map<int, std::pair<cudaEvent_t, bool>> stage_join_;  // (join, staged)
-  std::vector<cudaEvent_t> stage_events_;  // free join events
+  std::vector<cudaEvent_t> stage_events_;                   // free join events
   Scratch stage_x_, stage_route_, staging_[2];
   uint64_t stage_count_ = 0;
   int stage_mode_ = 2;     // MOETIER_CUDA_STAGE: 0 off, 1 predict only, 2 copy
@@ -240,9 +240,8 @@ class CudaBackend final : public Backend {
                 int64_t k, const float* x, int64_t hidden, int64_t intermediate, float* out);
   // The q8 kernels for one token (false: they do not apply, nothing launched).
   bool moe_q8(const Table& t, const cuda::ExpertPtrs* p, const int32_t* ids, const float* weights,
-              int64_t k, const float* x,
-              int64_t hidden, int64_t intermediate, float* out, bool early,
-              const cuda::Q8Fuse& fuse = {});
+              int64_t k, const float* x, int64_t hidden, int64_t intermediate, float* out,
+              bool early, const cuda::Q8Fuse& fuse = {});
   // Block counters and partials of the one-launch kernels (each 0 between
   // launches: the last block of a launch resets what it counted).
   struct Sync {

@@ -178,6 +178,8 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
   std::vector<uint8_t> host(views.size());
   for (size_t e = 0; e < views.size(); ++e) host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
   t.host = alloc(host.size());
+  t.shadow =
+      alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));  // (staging: sized before any recording)
   cuda_check(cudaMemcpy(t.host.data(), host.data(), host.size(), cudaMemcpyHostToDevice),
              "upload expert table");
   // A staging slot: the three matrices, then their scales, each 256-byte aligned.
@@ -232,8 +234,8 @@ bool CudaBackend::moe_q8(const Table& t, const cuda::ExpertPtrs* p, const int32_
       !cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate))
     return false;
   void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
-  if (!cuda::moe_decode_q8(p, t.enc, t.vec, ids, weights, int(k), x,
-                           hidden, intermediate, sq, out, early, stream_, fuse)) {
+  if (!cuda::moe_decode_q8(p, t.enc, t.vec, ids, weights, int(k), x, hidden, intermediate, sq, out,
+                           early, stream_, fuse)) {
     (void)cudaGetLastError();  // a refused shared-memory attribute: the f32 path instead
     return false;
   }
@@ -281,8 +283,7 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
   route_topk(router, x, 1, k, renormalize, probs, ids, weights);
   if (skipped(kSkipExperts, 1)) return;
   // Early reads need the router launched right before (MOETIER_CUDA_SKIP=router: not).
-  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, out, !skipped(kSkipRouter, 1)))
-    return;
+  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, out, !skipped(kSkipRouter, 1))) return;
   moe_ptrs(t, p, ids, weights, k, x, hidden, intermediate, out);
 }
 

@@ -11,11 +11,17 @@
 //      call on N's table makes stream_ wait for it before N's router, and
 //      reads the shadow table. So N's router (and every kernel after it,
 //      the early reads of decode_q8.cu included) runs after the staging.
-//   4. Buffers: stage_x_ is rewritten by N's router, after the join; the
-//      staging buffers are used in turn, and the one used for N is reused by
-//      the staging after next, forked after N's router, so after the
-//      experts of the layer before N were read (PDL completes kernels in
-//      order). Pending joins are waited for before a recording ends.
+//   4. Buffers: stage_x_ is rewritten by N's router, after the join. The two
+//      staging buffers are used in turn: staging i + 2 reuses the buffer of
+//      staging i, and is forked after the router of the layer that read
+//      staging i's experts, so after those were read (PDL completes kernels
+//      in order). Pending joins are waited for before a recording begins and
+//      before it ends (graph_end, graph_abort). Both buffers and every
+//      table's shadow are sized outside recordings.
+//   5. N's q8 kernels read the shadow table and the staged bytes before
+//      their grid_wait, as they read the table that update_experts' kernel
+//      wrote (launch.cuh, early reads): the staging kernel completed before
+//      N's router started, two launches before them.
 #include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/matview.h"
 
@@ -37,9 +43,9 @@ void CudaBackend::stage_next(const NextLayer& next, int64_t k, bool renormalize,
     cuda_check(cudaStreamCreateWithFlags(&stage_stream_, cudaStreamNonBlocking), "stage stream");
     cuda_check(cudaEventCreateWithFlags(&stage_fork_, cudaEventDisableTiming), "stage event");
   }
-  if (!t.shadow.data()) t.shadow = alloc(size_t(t.num_experts) * sizeof(cuda::ExpertPtrs));
-  Scratch& buf = staging_[stage_count_++ % 2];
-  auto* staging = static_cast<uint8_t*>(buf.get(*this, size_t(k) * t.slot_bytes));
+  // Both buffers sized at once: a recording allocates nothing.
+  for (Scratch& b : staging_) b.get(*this, size_t(k) * t.slot_bytes);
+  auto* staging = static_cast<uint8_t*>(staging_[stage_count_++ % 2].buf.data());
   auto* probs = static_cast<float*>(stage_route_.get(*this, size_t(t.num_experts + 2 * k) * 4));
   auto* ids = reinterpret_cast<int32_t*>(probs + t.num_experts);  // [k]
   float* weights = probs + t.num_experts + k;                     // [k]
@@ -90,11 +96,15 @@ const cuda::ExpertPtrs* CudaBackend::take_staged(int table) {
 }
 
 void CudaBackend::join_staged() {
-  for (const auto& [table, j] : stage_join_) {
-    stage_events_.push_back(j.first);
-    cuda_check(cudaStreamWaitEvent(stream_, j.first, 0), "stage join");
-  }
+  const auto pending = std::move(stage_join_);
   stage_join_.clear();
+  cudaError_t err = cudaSuccess;
+  for (const auto& [table, j] : pending) {  // every one waited for, even after an error
+    stage_events_.push_back(j.first);
+    const cudaError_t e = cudaStreamWaitEvent(stream_, j.first, 0);
+    if (err == cudaSuccess) err = e;
+  }
+  cuda_check(err, "stage join");
 }
 
 }  // namespace moetier

@@ -110,12 +110,12 @@ std::atomic<bool> g_bf16_allowed{true};
 }  // namespace
 
 bool bf16_activations() {
-  return g_bf16_allowed.load(std::memory_order_relaxed) &&
-         mxfp4_activations() == Activations::Q8 && kernel_path() == KernelPath::Avx512 &&
-         cpu_has_avx512bf16();
+  return g_bf16_allowed.load(std::memory_order_relaxed) && mxfp4_activations() == Activations::Q8 &&
+         kernel_path() == KernelPath::Avx512 && cpu_has_avx512bf16();
 }
 
 void allow_bf16_activations(bool on) { g_bf16_allowed.store(on, std::memory_order_relaxed); }
+bool bf16_activations_allowed() { return g_bf16_allowed.load(std::memory_order_relaxed); }
 
 void set_mxfp4_activations(Activations a) { g_act.store(int(a), std::memory_order_relaxed); }
 

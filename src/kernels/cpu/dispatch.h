@@ -39,6 +39,7 @@ bool bf16_activations();
 // backend's q8 mode quantizes only MXFP4 experts' activations: its tests
 // compare against this CPU mode). Process-wide; default true.
 void allow_bf16_activations(bool on);
+bool bf16_activations_allowed();
 void set_mxfp4_activations(Activations a);
 const char* activations_name(Activations a);
 

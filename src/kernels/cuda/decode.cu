@@ -447,8 +447,8 @@ void router_launch(const MatView& w, const float* x, const float* nw, float eps,
 
 template <int ENC>
 void router_enc(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
-                bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done,
-                float* xc, cudaStream_t s) {
+                bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done, float* xc,
+                cudaStream_t s) {
   if (nw)
     router_launch<ENC, true>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, s);
   else
@@ -465,11 +465,14 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
     return false;
   switch (w.enc) {
     case WeightEncoding::F32:
-      return router_enc<kF32>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s), true;
+      return router_enc<kF32>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s),
+             true;
     case WeightEncoding::BF16:
-      return router_enc<kBF16>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s), true;
+      return router_enc<kBF16>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s),
+             true;
     default:
-      return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s), true;
+      return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s),
+             true;
   }
 }
 

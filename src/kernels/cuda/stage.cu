@@ -35,7 +35,8 @@ __global__ void stage_experts_kernel(StageLaunch a) {
   const int j = int(blockIdx.y);
   const int id = a.ids[j];
   if (blockIdx.x == 0 && j == 0) {
-    for (int e = int(threadIdx.x); e < a.num_experts; e += int(blockDim.x)) a.shadow[e] = a.table[e];
+    for (int e = int(threadIdx.x); e < a.num_experts; e += int(blockDim.x))
+      a.shadow[e] = a.table[e];
     __syncthreads();
     if (threadIdx.x < unsigned(a.k)) {
       const int jj = int(threadIdx.x), pid = a.ids[jj];
@@ -56,7 +57,8 @@ __global__ void stage_experts_kernel(StageLaunch a) {
   if (!a.host || !a.host[id]) return;
   const ExpertPtrs& src = a.table[id];
   uint8_t* slot = a.staging + size_t(j) * a.slot_bytes;
-  const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x, nt = size_t(gridDim.x) * blockDim.x;
+  const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x,
+               nt = size_t(gridDim.x) * blockDim.x;
   for (int r = 0; r < 6; ++r) {
     const auto* s = static_cast<const uint8_t*>(r < 3 ? src.w[r] : src.s[r - 3]);
     if (s) copy_bytes(slot + a.offset[r], s, a.bytes[r], t, nt);
