@@ -37,7 +37,7 @@ step_build() {
   local t0=$SECONDS
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON -DMOETIER_WERROR=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build.log" 2>&1 &&
-    ninja -C $B moetier test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_backend_cuda \
+    ninja -C $B moetier test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_cuda_stage_cuda test_backend_cuda \
       test_golden_qwen3 cuda_ops_bench >>"$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
   echo "build: $((SECONDS - t0)) s"
@@ -64,7 +64,8 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
   timeout ${PROBE_TIMEOUT:-240} $p 2>&1 | tee "$OUT/moe_probe.txt"
 }
 step_test() {
-  for t in test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_golden_qwen3; do
+  for t in test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_cuda_stage_cuda \
+    test_golden_qwen3; do
     MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 stdbuf -oL -eL ./$B/tests/$t >"$OUT/$t.log" 2>&1 &
     local pid=$! w=0
     while kill -0 $pid 2>/dev/null && [ $w -lt ${TEST_TIMEOUT:-300} ]; do sleep 1; w=$((w + 1)); done

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=(src/tools/moetier tests/test_backend_cuda tests/test_cuda_ops_cuda tests/test_cuda_fused_cuda
-   tests/test_cuda_model_cuda
+   tests/test_cuda_model_cuda tests/test_cuda_stage_cuda
    tests/test_golden_qwen3 bench/cuda_ops_bench bench/kernels_bench)
 cmake build >/dev/null  # re-read the commit the binaries name (bench/CMakeLists.txt)
 ninja -C build "${T[@]##*/}"
