@@ -228,11 +228,13 @@ class Backend {
                             const float* x, int64_t hidden, int64_t intermediate, float* out) {}
   // Entries of registered tables replaced: entry e.id of table e.table is
   // e.view from the ops issued after this call on (the ops before it see the
-  // old views). One call may change entries of many tables.
+  // old views). One call may change entries of many tables. host: the view
+  // names alloc_host() memory (the mapped host tier's copies).
   struct ExpertTableEntry {
     int table = -1;
     int32_t id = 0;
     ExpertView view;
+    bool host = false;
   };
   virtual void update_experts(std::span<const ExpertTableEntry> entries) {}
   // Whether ops (and so table entries) may point into alloc_host() memory,

@@ -139,7 +139,7 @@ void ArenaExperts::before_device_step() {
       const int32_t want = st == KeyState::Hot || st == KeyState::Transient ? res_.slot_of(k) : -1;
       if (want == entry_slot_[k]) continue;
       const std::byte* at = want >= 0 ? slot_ptr(want) : host_ptr(res_.host_slot_of(k));
-      updates_.push_back({tables_[size_t(l)], int32_t(e), index_.view(k, at)});
+      updates_.push_back({tables_[size_t(l)], int32_t(e), index_.view(k, at), want < 0});
       changed_.emplace_back(k, want);
     }
   }

@@ -44,6 +44,19 @@ std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, int64
   return out;
 }
 
+// Greedy: prefill, then n tokens; the logits of every decode step go to logits.
+std::vector<int32_t> greedy_steps(Engine& e, const std::vector<int32_t>& prompt, int64_t n,
+                                  std::vector<std::vector<float>>& logits) {
+  auto s = e.new_session(int64_t(prompt.size()) + n);
+  const std::vector<float>* l = &s->prefill(prompt);
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    out.push_back(argmax(*l));
+    if (i + 1 < n) l = &s->decode(out.back()), logits.push_back(*l);
+  }
+  return out;
+}
+
 // Two prompts through both engines: the same n greedy tokens, and
 // last-prompt-position logits within 1e-4.
 void expect_same_greedy(Engine& cpu, Engine& gpu, const Tokenizer& tok, int64_t n,
@@ -110,18 +123,6 @@ TEST(CudaModel, FusedDecodeOpsChangeNoToken) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
   const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
   const Tokenizer tok = Tokenizer::load(dir);
-  // Greedy tokens and the logits of every decode step.
-  auto steps = [&](Engine& e, const std::vector<int32_t>& prompt, int64_t n,
-                   std::vector<std::vector<float>>& logits) {
-    auto s = e.new_session(int64_t(prompt.size()) + n);
-    const std::vector<float>* l = &s->prefill(prompt);
-    std::vector<int32_t> out;
-    for (int64_t i = 0; i < n; ++i) {
-      out.push_back(argmax(*l));
-      if (i + 1 < n) l = &s->decode(out.back()), logits.push_back(*l);
-    }
-    return out;
-  };
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
     auto fused = engine(dir, "cuda");
@@ -137,7 +138,8 @@ TEST(CudaModel, FusedDecodeOpsChangeNoToken) {
                           "It is a truth universally acknowledged, that a single man"}) {
       const auto ids = tok.encode(p);
       std::vector<std::vector<float>> la, lb;
-      EXPECT_EQ(steps(*fused, ids, 24, la), steps(*separate, ids, 24, lb)) << mode << " " << p;
+      EXPECT_EQ(greedy_steps(*fused, ids, 24, la), greedy_steps(*separate, ids, 24, lb))
+          << mode << " " << p;
       ASSERT_EQ(la.size(), lb.size());
       for (size_t i = 0; i < la.size(); ++i)
         EXPECT_LE(max_rel_diff(la[i], lb[i]), tol) << mode << " step " << i << " " << p;
@@ -237,17 +239,6 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
   const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
   const Tokenizer tok = Tokenizer::load(dir);
-  auto steps = [&](Engine& e, const std::vector<int32_t>& prompt, int64_t n,
-                   std::vector<std::vector<float>>& logits) {
-    auto s = e.new_session(int64_t(prompt.size()) + n);
-    const std::vector<float>* l = &s->prefill(prompt);
-    std::vector<int32_t> out;
-    for (int64_t i = 0; i < n; ++i) {
-      out.push_back(argmax(*l));
-      if (i + 1 < n) l = &s->decode(out.back()), logits.push_back(*l);
-    }
-    return out;
-  };
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
     EngineOptions o;
@@ -264,7 +255,8 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
                             "It is a truth universally acknowledged, that a single man"}) {
         const auto ids = tok.encode(p);
         std::vector<std::vector<float>> la, lb;
-        EXPECT_EQ(steps(*staged, ids, 24, la), steps(*plain, ids, 24, lb)) << mode << " " << p;
+        EXPECT_EQ(greedy_steps(*staged, ids, 24, la), greedy_steps(*plain, ids, 24, lb))
+            << mode << " " << p;
         EXPECT_EQ(la, lb) << mode << ", MOETIER_GRAPHS=" << graphs << " " << p;
       }
     }

@@ -207,7 +207,6 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (stage_stream_) cudaStreamSynchronize(stage_stream_), cudaStreamDestroy(stage_stream_);
   for (const auto& [table, j] : stage_join_) cudaEventDestroy(j.first);
-  for (cudaEvent_t e : stage_events_) cudaEventDestroy(e);
   if (stage_fork_) cudaEventDestroy(stage_fork_);
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -273,6 +272,13 @@ uint64_t CudaBackend::to_device_async(void* dst, const void* src, size_t n) {
   cuda_check(cudaStreamWaitEvent(copy_stream_, copy_start_, 0), "copy order");
   cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, copy_stream_),
              "overlapped copy to device");
+  cudaEvent_t e = pooled_event();
+  copy_events_.emplace_back(++copies_issued_, e);  // owned by the list before the record
+  cuda_check(cudaEventRecord(e, copy_stream_), "copy done");
+  return copies_issued_;
+}
+
+cudaEvent_t CudaBackend::pooled_event() {
   cudaEvent_t e = nullptr;
   if (free_events_.empty()) {
     cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
@@ -280,9 +286,7 @@ uint64_t CudaBackend::to_device_async(void* dst, const void* src, size_t n) {
     e = free_events_.back();
     free_events_.pop_back();
   }
-  copy_events_.emplace_back(++copies_issued_, e);  // owned by the list before the record
-  cuda_check(cudaEventRecord(e, copy_stream_), "copy done");
-  return copies_issued_;
+  return e;
 }
 
 bool CudaBackend::copy_done(uint64_t n) {

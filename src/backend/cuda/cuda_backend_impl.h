@@ -206,7 +206,8 @@ class CudaBackend final : public Backend {
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t copy_start_ = nullptr;
   std::deque<std::pair<uint64_t, cudaEvent_t>> copy_events_;
-  std::vector<cudaEvent_t> free_events_;
+  std::vector<cudaEvent_t> free_events_;  // (the stagings' join events too)
+  cudaEvent_t pooled_event();             // a free event, or a new one
   uint64_t copies_issued_ = 0, copies_seen_done_ = 0;
   bool unified_addressing_ = false;
   Scratch prep_, q8_;
@@ -222,7 +223,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stage_stream_ = nullptr;
   cudaEvent_t stage_fork_ = nullptr;
   std::map<int, std::pair<cudaEvent_t, bool>> stage_join_;  // (join, staged)
-  std::vector<cudaEvent_t> stage_events_;                   // free join events
   Scratch stage_x_, stage_route_, staging_[2];
   uint64_t stage_count_ = 0;
   int stage_mode_ = 2;     // MOETIER_CUDA_STAGE: 0 off, 1 predict only, 2 copy

@@ -215,7 +215,7 @@ void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
                      aligned16(e.view.down.data)),
           "cuda: expert table {}: entry {} is not 16-byte aligned", e.table, e.id);
     w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view), t.host.as<uint8_t>() + e.id,
-            uint8_t(in_host_memory(e.view.gate.data) ? 1 : 0)};
+            uint8_t(e.host ? 1 : 0)};
   }
   cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
   cuda_check(cudaEventRecord(writes_done_, stream_), "table writes");

@@ -49,13 +49,7 @@ void CudaBackend::stage_next(const NextLayer& next, int64_t k, bool renormalize,
   auto* probs = static_cast<float*>(stage_route_.get(*this, size_t(t.num_experts + 2 * k) * 4));
   auto* ids = reinterpret_cast<int32_t*>(probs + t.num_experts);  // [k]
   float* weights = probs + t.num_experts + k;                     // [k]
-  cudaEvent_t join = nullptr;
-  if (stage_events_.empty()) {
-    cuda_check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "stage event");
-  } else {
-    join = stage_events_.back();
-    stage_events_.pop_back();
-  }
+  const cudaEvent_t join = pooled_event();
   stage_join_[next.table] = {join, false};  // owned by the map before any record
   cuda_check(cudaEventRecord(stage_fork_, stream_), "stage fork");
   cuda_check(cudaStreamWaitEvent(stage_stream_, stage_fork_, 0), "stage fork");
@@ -90,7 +84,7 @@ const cuda::ExpertPtrs* CudaBackend::take_staged(int table) {
   if (it == stage_join_.end()) return t.ptrs.as<cuda::ExpertPtrs>();
   const auto [join, staged] = it->second;
   stage_join_.erase(it);
-  stage_events_.push_back(join);
+  free_events_.push_back(join);
   cuda_check(cudaStreamWaitEvent(stream_, join, 0), "stage join");
   return staged ? t.shadow.as<cuda::ExpertPtrs>() : t.ptrs.as<cuda::ExpertPtrs>();
 }
@@ -100,7 +94,7 @@ void CudaBackend::join_staged() {
   stage_join_.clear();
   cudaError_t err = cudaSuccess;
   for (const auto& [table, j] : pending) {  // every one waited for, even after an error
-    stage_events_.push_back(j.first);
+    free_events_.push_back(j.first);
     const cudaError_t e = cudaStreamWaitEvent(stream_, j.first, 0);
     if (err == cudaSuccess) err = e;
   }
