@@ -209,7 +209,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   auto xs = [&](int c) { return m.x + size_t(c) * sh.H; };
   std::vector<Arm> arms;
   arms.push_back(
-      {"gate 8 warps, down warp (default)", [&](int c, float* o, void* sc, cudaStream_t st) {
+      {"default (8 warps, split 4, l2 2)", [&](int c, float* o, void* sc, cudaStream_t st) {
          return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k, xs(c),
                               sh.H, sh.I, sc, o, true, st);
        }});
@@ -217,11 +217,10 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     const char* name;
     MoeQ8Kernels k;
   };
-  static const Variant kVariants[] = {{"gate 16 warps, down warp", {16, 0}},
-                                      {"gate 8 warps, down split 2 rows", {8, 2}},
-                                      {"gate 8 warps, down split 4 rows", {8, 4}},
-                                      {"gate 16 warps, down split 2 rows", {16, 2}},
-                                      {"gate 16 warps, down split 4 rows", {16, 4}}};
+  static const Variant kVariants[] = {
+      {"no L2 prefetch (l2 0)", {8, 4, 0}},   {"down prefetched, no hint (l2 1)", {8, 4, 1}},
+      {"l2 0, down warp", {8, 0, 0}},         {"l2 2, down warp", {8, 0, 2}},
+      {"l2 2, down split 2 rows", {8, 2, 2}}, {"l2 2, gate 16 warps", {16, 4, 2}}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);
@@ -231,6 +230,33 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                       set_moe_q8_kernels({});
                       return ok;
                     }});
+  // The step's first kernels alone (quantize; quantize and gate/up), to see
+  // what each costs in the chain; their output is not the step's (no err).
+  for (int upto = 1; upto <= 2; ++upto)
+    for (int l2 = 0; l2 <= 2; l2 += 2) {
+      if (upto == 1 && l2) continue;
+      Arm a{upto == 1 ? "quantize alone"
+            : l2      ? "quantize + gate/up, l2 2"
+                      : "quantize + gate/up, l2 0",
+            [&, upto, l2](int c, float*, void* sc, cudaStream_t st) {
+              const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
+              auto* xq = static_cast<Q8x*>(sc);
+              Q8x* hq = xq + nb;
+              auto* xd = reinterpret_cast<float*>(hq + nh);
+              launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
+                     kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
+              if (upto == 2)
+                launch(moe_gate_up_q8_kernel<8>, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u,
+                       kGateSmem, st, m.table, ids(c), wts(c), xq, xd, int64_t(sh.H), int64_t(sh.I),
+                       hq, xd + nb, 1, l2);
+              return true;
+            }};
+      if (upto == 2)  // the attribute moe_decode_q8 sets on its first call
+        CK(cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
+      const double us = time_arm(m, a, out, scratch, scratch_b, s);
+      std::printf("  %-34s %8.2f us\n", a.name, us);
+    }
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);

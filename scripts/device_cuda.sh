@@ -26,6 +26,7 @@
 #   bins q30 pf30                                    the storage arm with next-layer prefetch and without
 #   bins test q30 stage30                            the host-tier arm with next-layer staging and without
 #   bins test q30 admit30                            the host-tier arm with admission windows
+#   bins probe skipds4                               the MoE kernels alone; each op's cost, DeepSeek shapes
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -374,11 +375,20 @@ step_skip() {  # decode A/B on an 8-layer model: $ARMS, each none, skip:OPS (MOE
   local q=/tmp/q30-8
   [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
     --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  skip_arms $q 256 256
+}
+step_skipds4() {  # step_skip on the DeepSeek-shaped model of step_ds4 (64 + 512 tokens)
+  local d=/tmp/ds4
+  [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 \
+    --layers ${DS4_LAYERS:-6} --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
+  skip_arms $d 64 512
+}
+skip_arms() {  # model dir, prompt tokens, generated tokens
   for r in 1 2; do
     for arm in ${ARMS:-none skip:qkv skip:attn skip:o skip:router skip:experts}; do
       local e=(env)
       case $arm in skip:*) e+=(MOETIER_CUDA_SKIP=${arm#skip:}) ;; env:*) local v=${arm#env:}; e+=(${v//,/ }) ;; esac
-      echo "$arm: $("${e[@]}" $M bench $q --backend cuda --prompt-tokens 256 --gen 256 --runs 2 \
+      echo "$arm: $("${e[@]}" $M bench $1 --backend cuda --prompt-tokens $2 --gen $3 --runs 2 \
         --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
     done
   done

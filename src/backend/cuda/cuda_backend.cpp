@@ -111,6 +111,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           v);
     mk.down_rows = v == "warp" ? 0 : std::stoi(v);
   }
+  if (const char* l2 = std::getenv("MOETIER_CUDA_MOE_L2")) {
+    const std::string v = l2;
+    check(v == "0" || v == "1" || v == "2", "MOETIER_CUDA_MOE_L2={}: expected 0, 1 or 2", v);
+    mk.l2 = std::stoi(v);
+  }
   cuda::set_moe_q8_kernels(mk);
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).

@@ -240,6 +240,11 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 struct MoeQ8Kernels {
   int gate_warps = 8;  // 8 | 16
   int down_rows = 4;   // 0 | 2 | 4
+  // 0 | 1: gate/up's blocks prefetch the selected experts' down matrices into
+  // L2 (a slice a block, the copy engine's bulk prefetch), so that down reads
+  // them from L2 | 2: and gate/up's own weights are marked evict-first
+  // (MOETIER_CUDA_MOE_L2).
+  int l2 = 2;
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 

@@ -51,15 +51,49 @@ constexpr int kSplitThreads = 128;                            // the split down 
 
 MoeQ8Kernels g_kernels;  // set_moe_q8_kernels
 
-// 16 bytes global -> shared, asynchronously (L2 only); committed as one group
-// per pass (cp_async_commit), waited for with cp_async_wait<N> (all of this
-// thread's groups but the newest N).
-__device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem) {
+// 16 bytes global -> shared, asynchronously (L2 only), with an L2 eviction
+// policy (l2_policy); committed as one group per pass (cp_async_commit),
+// waited for with cp_async_wait<N> (all of this thread's groups but the newest N).
+__device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem, uint64_t policy) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "l"(policy)
+               : "memory");
 #else
+  (void)policy;
   *smem = __ldg(gmem);
+#endif
+}
+// An L2 policy for the weights a kernel streams once: evict first (these
+// lines go before the prefetched ones), or normal.
+__device__ __forceinline__ uint64_t l2_policy(bool evict_first) {
+  uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (evict_first)
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+#else
+  (void)evict_first;
+#endif
+  return p;
+}
+// Part `part` of `parts` of [p, p + bytes) into L2 by the copy engine of the
+// SM (one bulk prefetch, sm_90+; a hint: nothing waits for it). Slices are
+// whole 16-byte units; an unaligned p or bytes is left alone.
+__device__ __forceinline__ void l2_prefetch_part(const void* p, uint64_t bytes, uint32_t part,
+                                                 uint32_t parts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (!p || ((reinterpret_cast<uintptr_t>(p) | bytes) & 15u)) return;
+  const uint64_t slice = ((bytes + parts - 1) / parts + 15) / 16 * 16, off = slice * part;
+  if (off >= bytes) return;
+  const auto n = uint32_t(bytes - off < slice ? bytes - off : slice);
+  asm volatile(
+      "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + off), "r"(n)
+      : "memory");
+#else
+  (void)p, (void)bytes, (void)part, (void)parts;
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -124,7 +158,7 @@ template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early) {
+                          float* hd, int early, int l2) {
   constexpr int R = 32 / NW, R2 = 2 * R, kGateWarps = NW;
   extern __shared__ uint4 stage[];  // [2][NW][R2][32]
   __shared__ float hs[32];
@@ -135,11 +169,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {},
            sn[2] = {};  // e8m0 scales of passes p, p + 1: gate rows, up rows (4 per word)
+  const uint64_t pol = l2_policy(l2 >= 2);  // this kernel's weights: evict first with l2 = 2
   auto at = [&](int b, int r) { return stage + ((b * kGateWarps + warp) * R2 + r) * 32 + lane; };
   auto issue = [&](int i, int b) {  // the pass of chunk i -> slot b, its scales -> sn
     asm("" : "+r"(i));              // addresses from the 4 bases each pass: no 16 hoisted pointers
 #pragma unroll
-    for (int r = 0; r < R2; ++r) cp_async16(at(b, r), (r < R ? gw : uw) + (r % R) * nbi + i);
+    for (int r = 0; r < R2; ++r) cp_async16(at(b, r), (r < R ? gw : uw) + (r % R) * nbi + i, pol);
     cp_async_commit();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // the warp's R rows only (R = 2: rows past inter unread)
@@ -156,6 +191,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
     if (lane < nbi) issue(lane, 0), sc[0] = sn[0], sc[1] = sn[1];
     if (lane + 32 < nbi) issue(lane + 32, 1);
+    if (l2 >= 1 && threadIdx.x % 32 == 0 && warp < 2)  // the expert's down matrix: a slice a block
+      l2_prefetch_part(warp == 0 ? ex.w[2] : static_cast<const void*>(ex.s[2]),
+                       uint64_t(hidden) * uint64_t(inter) / (warp == 0 ? 2 : 32), blockIdx.x,
+                       gridDim.x);
   };
   if (early) prep();  // ids and weights: two launches back
   grid_wait();        // xq comes from the kernel before
@@ -355,7 +394,7 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
          s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
   launch(gate, dim3(unsigned(inter / 32), unsigned(k)), unsigned(g_kernels.gate_warps * 32),
-         kGateSmem, s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e);
+         kGateSmem, s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e, g_kernels.l2);
   const int acc = fuse.accumulate ? 1 : 0;
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
