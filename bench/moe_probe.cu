@@ -209,7 +209,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   auto xs = [&](int c) { return m.x + size_t(c) * sh.H; };
   std::vector<Arm> arms;
   arms.push_back(
-      {"default (8 warps, split 4, l2 2)", [&](int c, float* o, void* sc, cudaStream_t st) {
+      {"default (8 warps, staged 4, l2 0)", [&](int c, float* o, void* sc, cudaStream_t st) {
          return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k, xs(c),
                               sh.H, sh.I, sc, o, true, st);
        }});
@@ -217,10 +217,18 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     const char* name;
     MoeQ8Kernels k;
   };
-  static const Variant kVariants[] = {
-      {"no L2 prefetch (l2 0)", {8, 4, 0}},   {"down prefetched, no hint (l2 1)", {8, 4, 1}},
-      {"l2 0, down warp", {8, 0, 0}},         {"l2 2, down warp", {8, 0, 2}},
-      {"l2 2, down split 2 rows", {8, 2, 2}}, {"l2 2, gate 16 warps", {16, 4, 2}}};
+  auto kern = [](int gate, int rows, bool staged, int l2) {
+    MoeQ8Kernels k;
+    k.gate_warps = gate, k.down_rows = rows, k.down_staged = staged, k.l2 = l2;
+    return k;
+  };
+  const Variant kVariants[] = {{"staged, l2 1", kern(8, 4, true, 1)},
+                               {"staged, l2 2", kern(8, 4, true, 2)},
+                               {"split 4 (in registers), l2 0", kern(8, 4, false, 0)},
+                               {"split 4, l2 1", kern(8, 4, false, 1)},
+                               {"down warp, l2 0", kern(8, 0, false, 0)},
+                               {"down split 2 rows", kern(8, 2, false, 0)},
+                               {"staged, gate 16 warps", kern(16, 4, true, 0)}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);

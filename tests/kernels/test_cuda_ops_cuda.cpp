@@ -634,14 +634,17 @@ TEST(CudaOps, RoutedQ8MoeMatchesCpuOnManyShapes) {
 // Every q8 kernel variant (MOETIER_CUDA_MOE_GATE / _DOWN, read when the
 // backend is made) on long expert rows: I = 8192 with k = 8 gives the down
 // kernels 2048 (expert, chunk) items per row, more than one pass of a
-// block's 128 threads; H = 1056 is 33 blocks of 32 columns. The last variant
+// block's 128 threads (and too many to stage: the staged variant falls back
+// to the split kernel); H = 1056 is 33 blocks of 32 columns; 13 x 32 items
+// stage 4 a thread, 3 x 3 fewer than a block has threads. The last variant
 // is the default, which later tests then use again (the choice is process-wide).
 TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
   REQUIRE_GPU();
   ActMode act("q8");
   std::mt19937 rng(43);
   for (const auto& [var, value] :
-       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN", "4"},
+       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN", "staged"},
+                                                        {"MOETIER_CUDA_MOE_DOWN", "4"},
                                                         {"MOETIER_CUDA_MOE_DOWN", "2"},
                                                         {"MOETIER_CUDA_MOE_DOWN", "warp"},
                                                         {"MOETIER_CUDA_MOE_GATE", "16"},
@@ -649,7 +652,8 @@ TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
     EnvVar e(var, value);
     BackendPair f;
     const std::string what = std::string(var) + "=" + value;
-    for (const RoutedCase& c : {RoutedCase{10, 8, 1056, 8192}, RoutedCase{7, 5, 3072, 1536}})
+    for (const RoutedCase& c : {RoutedCase{10, 8, 1056, 8192}, RoutedCase{7, 5, 3072, 1536},
+                                RoutedCase{15, 13, 1056, 1024}, RoutedCase{5, 3, 2080, 96}})
       check_routed_q8(f, c, rng, what);
   }
 }

@@ -98,7 +98,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
   act_q8_ = !act || std::string(act) == "q8";
   // MOETIER_CUDA_MOE_GATE=8 (default) | 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=
-  // warp | 2 | 4 (default): the down kernel, a warp per 2 rows or blocks splitting 2 or 4 rows.
+  // warp | 2 | 4 | staged (default): the down kernel, a warp per 2 rows, blocks splitting 2 or 4
+  // rows, or 4 rows with the weights staged in shared memory.
   cuda::MoeQ8Kernels mk;
   if (const char* g = std::getenv("MOETIER_CUDA_MOE_GATE")) {
     const std::string v = g;
@@ -107,9 +108,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   if (const char* d = std::getenv("MOETIER_CUDA_MOE_DOWN")) {
     const std::string v = d;
-    check(v == "warp" || v == "2" || v == "4", "MOETIER_CUDA_MOE_DOWN={}: expected warp, 2 or 4",
-          v);
-    mk.down_rows = v == "warp" ? 0 : std::stoi(v);
+    check(v == "warp" || v == "2" || v == "4" || v == "staged",
+          "MOETIER_CUDA_MOE_DOWN={}: expected warp, 2, 4 or staged", v);
+    mk.down_rows = v == "warp" ? 0 : v == "2" ? 2 : 4;
+    mk.down_staged = v == "staged";
   }
   if (const char* l2 = std::getenv("MOETIER_CUDA_MOE_L2")) {
     const std::string v = l2;

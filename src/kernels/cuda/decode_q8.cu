@@ -16,8 +16,9 @@
 //    selected expert, a warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
 //    chunk of each per pass; h = silu(gate x) * up x is quantized as one q8
 //    block, its scale times the expert's routing weight;
-//  - down: a block of 128 threads owns 4 output rows (set_moe_q8_kernels:
-//    2, or the older kernel, a warp per 2 rows) and runs one dot product over
+//  - down: a block of 128 threads owns 4 output rows, its weights staged in
+//    shared memory while gate/up runs (set_moe_q8_kernels: in registers, 2
+//    rows, or the older kernel, a warp per 2 rows) and runs one dot product over
 //    the (expert, chunk) items of the k experts in ascending id order, split
 //    over its threads and added in a fixed order; with Q8Fuse::accumulate it
 //    adds them to out (the residual add: out is x).
@@ -359,6 +360,87 @@ __global__ void __launch_bounds__(kSplitThreads)
   }
 }
 
+// The split kernel's sum with the block's weights staged in shared memory:
+// before grid_wait each thread copies its items' chunks of the block's R rows
+// there (cp.async, wsm [R][items], so that a warp's reads are consecutive)
+// and keeps their scales in registers (a byte a row), so a block needs few
+// registers (8 blocks of 128 threads an SM) and all of a step's down weights
+// are in flight in one wave (the split kernel: 126 registers, 4 blocks, two
+// waves on DeepSeek's shapes). Items, their order and the sums are the split
+// kernel's. Each thread reads only the chunks it copied: cp_async_wait, no
+// barrier. Dynamic shared memory: R x items x 16 bytes.
+template <int R, int U>
+__global__ void __launch_bounds__(kSplitThreads, 8)
+    moe_down_q8_staged_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
+                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
+                              float* out, int accumulate, int early) {
+  constexpr int NT = kSplitThreads, NW = NT / 32;
+  extern __shared__ uint4 wsm[];  // [R][items]
+  __shared__ RankedExperts rk;    // its weights are unused: h carries them
+  __shared__ float red[R][NW];
+  const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const int nch = int(inter / 32), items = k * nch;
+  const int step_e = NT / nch, step_i = NT % nch;
+  uint32_t sc[U];  // item t + NT u: row r's e8m0 scale in byte r
+  auto stage = [&] {
+    rank_experts(table, ids, weights, k, rk);
+    const uint64_t pol = l2_policy(false);
+    int e = t / nch, i = t % nch;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int it = t + NT * u;
+      sc[u] = 0;
+      if (it < items)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int64_t row = row0 + r < hidden ? row0 + r : row0;
+          cp_async16(wsm + r * items + it, reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i,
+                     pol);
+          sc[u] |= uint32_t(__ldg(rk.s[e] + row * nch + i)) << (8 * r);
+        }
+      i += step_i, e += step_e;
+      while (i >= nch) i -= nch, ++e;
+    }
+    cp_async_commit();
+  };
+  if (early) stage();  // ids: three launches back
+  grid_wait();         // h comes from the kernel before
+  grid_launch_dependents();
+  if (!early) stage();
+  cp_async_wait<0>();
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  int e = t / nch, i = t % nch;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int it = t + NT * u;
+    if (it >= items) break;
+    const int64_t hb = int64_t(rk.slot[e]) * nch + i;
+    const float d = __ldg(hd + hb);
+    uint4 q[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) q[r] = wsm[r * items + it];
+    int is[R];
+    dot_rows<R>(q, reinterpret_cast<const int2*>(hq + hb), is);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      acc[r] += float(is[r]) * (e8m0_half((sc[u] >> (8 * r)) & 0xffu) * d);
+    i += step_i, e += step_e;
+    while (i >= nch) i -= nch, ++e;
+  }
+  const float w = warp_rows_sum<R>(acc);
+  if (lane < R) red[lane][warp] = w;
+  __syncthreads();
+  if (t < R && row0 + t < hidden) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NW; ++j) sum += red[t][j];
+    out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
+  }
+}
+
 }  // namespace
 
 // x and h as q8 blocks, then their scales.
@@ -412,6 +494,24 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
        moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
       {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
        moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
+  if (R == 4 && g_kernels.down_staged && passes <= 4) {
+    static constexpr Down kStaged[4] = {
+        moe_down_q8_staged_kernel<4, 1>, moe_down_q8_staged_kernel<4, 2>,
+        moe_down_q8_staged_kernel<4, 3>, moe_down_q8_staged_kernel<4, 4>};
+    static const bool carve = [] {  // the most shared memory an SM can give: 8 blocks of 32 KB
+      bool ok = true;
+      for (Down d : kStaged)
+        ok = cudaFuncSetAttribute(d, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess &&
+             ok;
+      return ok;
+    }();
+    (void)carve;  // a preference: without it the kernel still runs, with fewer blocks an SM
+    launch(kStaged[U - 1], unsigned((hidden + 3) / 4), kSplitThreads,
+           size_t(4) * size_t(k * (inter / 32)) * sizeof(uint4), s, table, ids, weights, k, hq, hd,
+           hidden, inter, out, acc, e);
+    return true;
+  }
   launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
          ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
