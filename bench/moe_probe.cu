@@ -208,27 +208,29 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   auto wts = [&](int c) { return m.weights + c * sh.k; };
   auto xs = [&](int c) { return m.x + size_t(c) * sh.H; };
   std::vector<Arm> arms;
-  arms.push_back(
-      {"default (8 warps, staged 4, l2 0)", [&](int c, float* o, void* sc, cudaStream_t st) {
-         return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k, xs(c),
-                              sh.H, sh.I, sc, o, true, st);
-       }});
+  arms.push_back({"default (8 warps, x shared, down 2 x 4 rows)",
+                  [&](int c, float* o, void* sc, cudaStream_t st) {
+                    return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
+                                         xs(c), sh.H, sh.I, sc, o, true, st);
+                  }});
   struct Variant {
     const char* name;
     MoeQ8Kernels k;
   };
-  auto kern = [](int gate, int rows, bool staged, int l2) {
+  auto kern = [](int gate, bool x_shared, int rows, int groups, int l2) {
     MoeQ8Kernels k;
-    k.gate_warps = gate, k.down_rows = rows, k.down_staged = staged, k.l2 = l2;
+    k.gate_warps = gate, k.gate_xs = x_shared, k.down_rows = rows, k.down_groups = groups;
+    k.l2 = l2;
     return k;
   };
-  const Variant kVariants[] = {{"staged, l2 1", kern(8, 4, true, 1)},
-                               {"staged, l2 2", kern(8, 4, true, 2)},
-                               {"split 4 (in registers), l2 0", kern(8, 4, false, 0)},
-                               {"split 4, l2 1", kern(8, 4, false, 1)},
-                               {"down warp, l2 0", kern(8, 0, false, 0)},
-                               {"down split 2 rows", kern(8, 2, false, 0)},
-                               {"staged, gate 16 warps", kern(16, 4, true, 0)}};
+  const Variant kVariants[] = {{"x from L2", kern(8, false, 4, 2, 0)},
+                               {"down 1 group (h from L2)", kern(8, true, 4, 1, 0)},
+                               {"down 4 groups", kern(8, true, 4, 4, 0)},
+                               {"before (x and h from L2)", kern(8, false, 4, 1, 0)},
+                               {"l2 1 (down prefetched)", kern(8, true, 4, 2, 1)},
+                               {"down warp", kern(8, true, 0, 1, 0)},
+                               {"down split 2 rows", kern(8, true, 2, 1, 0)},
+                               {"gate 16 warps", kern(16, true, 4, 2, 0)}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);
@@ -241,12 +243,12 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   // The step's first kernels alone (quantize; quantize and gate/up), to see
   // what each costs in the chain; their output is not the step's (no err).
   for (int upto = 1; upto <= 2; ++upto)
-    for (int l2 = 0; l2 <= 2; l2 += 2) {
-      if (upto == 1 && l2) continue;
+    for (int xsh = 0; xsh <= 1; ++xsh) {
+      if (upto == 1 && xsh) continue;
       Arm a{upto == 1 ? "quantize alone"
-            : l2      ? "quantize + gate/up, l2 2"
-                      : "quantize + gate/up, l2 0",
-            [&, upto, l2](int c, float*, void* sc, cudaStream_t st) {
+            : xsh     ? "quantize + gate/up, x shared"
+                      : "quantize + gate/up, x from L2",
+            [&, upto, xsh](int c, float*, void* sc, cudaStream_t st) {
               const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
               auto* xq = static_cast<Q8x*>(sc);
               Q8x* hq = xq + nb;
@@ -254,14 +256,16 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
               launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
                      kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
               if (upto == 2)
-                launch(moe_gate_up_q8_kernel<8>, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u,
-                       kGateSmem, st, m.table, ids(c), wts(c), xq, xd, int64_t(sh.H), int64_t(sh.I),
-                       hq, xd + nb, 1, l2);
+                launch(xsh ? moe_gate_up_q8_kernel<8, true> : moe_gate_up_q8_kernel<8, false>,
+                       dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, gate_smem(xsh, sh.H), st,
+                       m.table, ids(c), wts(c), xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb,
+                       1, 0);
               return true;
             }};
       if (upto == 2)  // the attribute moe_decode_q8 sets on its first call
-        CK(cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
+        CK(cudaFuncSetAttribute(
+            xsh ? moe_gate_up_q8_kernel<8, true> : moe_gate_up_q8_kernel<8, false>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize, int(gate_smem(xsh, kGateXsMaxHidden))));
       const double us = time_arm(m, a, out, scratch, scratch_b, s);
       std::printf("  %-34s %8.2f us\n", a.name, us);
     }
@@ -366,6 +370,51 @@ double copy_bound() {
   return t[3];
 }
 
+// L2 read bandwidth: a 16 MB buffer (a third of the H200's L2), read by
+// every block in turn after a warm-up pass, 16 times; 4 x 16 bytes per
+// thread in flight. The bound of reads that hit L2 (x and h in the MoE step).
+__global__ void read_l2(const uint4* p, size_t n16, int reps, uint32_t* sink) {
+  uint32_t acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (int r = 0; r < reps; ++r) {
+    const size_t off = (size_t(blockIdx.x) * 7919 * (r + 1)) % gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n16; i += 4 * stride) {
+      uint4 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = __ldcg(p + (i + j * stride + off) % n16);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads
+}
+
+double l2_bound(int sms) {
+  const size_t n = size_t(16) << 20;
+  void* a;
+  uint32_t* sink;
+  CK(cudaMalloc(&a, n));
+  CK(cudaMalloc(&sink, 4));
+  CK(cudaMemset(a, 3, n));
+  read_l2<<<sms * 8, 256>>>(static_cast<const uint4*>(a), n / 16, 1, sink);  // into L2
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    CK(cudaEventRecord(e0));
+    read_l2<<<sms * 8, 256>>>(static_cast<const uint4*>(a), n / 16, 16, sink);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(16.0 * n / (ms * 1e6));
+  }
+  std::sort(t.begin(), t.end());
+  cudaFree(a), cudaFree(sink);
+  return t[2];
+}
+
 }  // namespace probe
 
 int main() {
@@ -373,8 +422,8 @@ int main() {
   cudaDeviceProp p{};
   CK(cudaGetDeviceProperties(&p, 0));
   const double copy = copy_bound();
-  std::printf("%s, %d SMs, copy bound %.0f GB/s (read + write)\n", p.name, p.multiProcessorCount,
-              copy);
+  std::printf("%s, %d SMs, copy bound %.0f GB/s (read + write), L2 reads %.0f GB/s\n", p.name,
+              p.multiProcessorCount, copy, l2_bound(p.multiProcessorCount));
   std::mt19937 rng(7);
   run_shape({"Qwen3-30B-A3B", 2048, 768, 128, 8, 8}, rng, copy);
   run_shape({"DeepSeek-V4-Flash experts", 4096, 2048, 256, 6, 1}, rng, copy);

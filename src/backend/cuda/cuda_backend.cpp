@@ -97,27 +97,31 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(!act || std::string(act) == "q8" || std::string(act) == "f32",
         "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
   act_q8_ = !act || std::string(act) == "q8";
-  // MOETIER_CUDA_MOE_GATE=8 (default) | 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=
-  // warp | 2 | 4 | staged (default): the down kernel, a warp per 2 rows, blocks splitting 2 or 4
-  // rows, or 4 rows with the weights staged in shared memory.
+  // The q8 MoE kernels' variants (A/B; cuda::MoeQ8Kernels): MOETIER_CUDA_MOE_GATE=8 (default) |
+  // 16 warps per gate/up block, MOETIER_CUDA_MOE_GATE_X=shared (default) | l2: where its warps
+  // read x; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 (default): a warp per 2 rows or blocks splitting 2
+  // or 4 rows, MOETIER_CUDA_MOE_DOWN_GROUPS=1 | 2 (default) | 4 groups of 4 rows a block;
+  // MOETIER_CUDA_MOE_L2=0 (default) | 1 | 2: down's weights prefetched into L2.
   cuda::MoeQ8Kernels mk;
-  if (const char* g = std::getenv("MOETIER_CUDA_MOE_GATE")) {
-    const std::string v = g;
-    check(v == "8" || v == "16", "MOETIER_CUDA_MOE_GATE={}: expected 8 or 16", v);
+  auto choice = [](const char* var, std::initializer_list<const char*> ok) -> std::string {
+    const char* v = std::getenv(var);
+    if (!v) return {};
+    std::string all;
+    for (const char* o : ok) {
+      if (std::string(v) == o) return v;
+      all += all.empty() ? o : std::string(", ") + o;
+    }
+    fail("{}={}: expected one of {}", var, v, all);
+  };
+  if (auto v = choice("MOETIER_CUDA_MOE_GATE", {"8", "16"}); !v.empty())
     mk.gate_warps = std::stoi(v);
-  }
-  if (const char* d = std::getenv("MOETIER_CUDA_MOE_DOWN")) {
-    const std::string v = d;
-    check(v == "warp" || v == "2" || v == "4" || v == "staged",
-          "MOETIER_CUDA_MOE_DOWN={}: expected warp, 2, 4 or staged", v);
-    mk.down_rows = v == "warp" ? 0 : v == "2" ? 2 : 4;
-    mk.down_staged = v == "staged";
-  }
-  if (const char* l2 = std::getenv("MOETIER_CUDA_MOE_L2")) {
-    const std::string v = l2;
-    check(v == "0" || v == "1" || v == "2", "MOETIER_CUDA_MOE_L2={}: expected 0, 1 or 2", v);
-    mk.l2 = std::stoi(v);
-  }
+  if (auto v = choice("MOETIER_CUDA_MOE_GATE_X", {"shared", "l2"}); !v.empty())
+    mk.gate_xs = v == "shared";
+  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4"}); !v.empty())
+    mk.down_rows = v == "warp" ? 0 : std::stoi(v);
+  if (auto v = choice("MOETIER_CUDA_MOE_DOWN_GROUPS", {"1", "2", "4"}); !v.empty())
+    mk.down_groups = std::stoi(v);
+  if (auto v = choice("MOETIER_CUDA_MOE_L2", {"0", "1", "2"}); !v.empty()) mk.l2 = std::stoi(v);
   cuda::set_moe_q8_kernels(mk);
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).

@@ -16,9 +16,9 @@
 //    selected expert, a warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
 //    chunk of each per pass; h = silu(gate x) * up x is quantized as one q8
 //    block, its scale times the expert's routing weight;
-//  - down: a block of 128 threads owns 4 output rows, its weights staged in
-//    shared memory while gate/up runs (set_moe_q8_kernels: in registers, 2
-//    rows, or the older kernel, a warp per 2 rows) and runs one dot product over
+//  - down: a block of 128 threads owns 2 groups of 4 output rows, h copied
+//    once to shared memory (set_moe_q8_kernels: 1 or 4 groups, 2 rows, or
+//    the older kernel, a warp per 2 rows) and runs one dot product over
 //    the (expert, chunk) items of the k experts in ascending id order, split
 //    over its threads and added in a fixed order; with Q8Fuse::accumulate it
 //    adds them to out (the residual add: out is x).
@@ -153,15 +153,22 @@ __global__ void __launch_bounds__(kQuantThreads)
 // refilled with pass p + 2 after the lane's shared loads of pass p (the only
 // reads of it) are issued, which the asm's memory clobber keeps in program
 // order; the copy writes the slot only after its global read returns.
-// NW warps of R rows each (NW x R = 32). Dynamic shared memory: kGateSmem.
+// NW warps of R rows each (NW x R = 32). XS: the block first copies x's q8
+// blocks and scales to shared memory (after the wait: the kernel before wrote
+// them), so that its warps do not each read all of x from L2. Dynamic shared
+// memory: gate_smem(XS, hidden).
 constexpr size_t kGateSmem = size_t(2) * 32 * 2 * 32 * sizeof(uint4);
-template <int NW>
+constexpr int64_t kGateXsMaxHidden = 4096;  // x in shared memory up to here (3 blocks an SM)
+size_t gate_smem(bool xs, int64_t hidden) {
+  return kGateSmem + (xs ? size_t(hidden / 32) * (sizeof(Q8x) + sizeof(float)) : 0);
+}
+template <int NW, bool XS>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
                           float* hd, int early, int l2) {
   constexpr int R = 32 / NW, R2 = 2 * R, kGateWarps = NW;
-  extern __shared__ uint4 stage[];  // [2][NW][R2][32]
+  extern __shared__ uint4 stage[];  // [2][NW][R2][32], then XS: x [nb] q8 blocks, [nb] scales
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
@@ -201,6 +208,14 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   grid_wait();        // xq comes from the kernel before
   grid_launch_dependents();
   if (!early) prep();
+  auto* xs = reinterpret_cast<Q8x*>(stage + 2 * NW * R2 * 32);  // XS: [nb]
+  auto* xds = reinterpret_cast<float*>(xs + nb);                // XS: [nb]
+  if (XS) {
+    for (int j = int(threadIdx.x); j < 4 * nbi; j += NW * 32)
+      reinterpret_cast<uint4*>(xs)[j] = __ldg(reinterpret_cast<const uint4*>(xq) + j);
+    for (int j = int(threadIdx.x); j < nbi; j += NW * 32) xds[j] = __ldg(xd + j);
+    __syncthreads();
+  }
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -215,8 +230,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
     for (int r = 0; r < R2; ++r) q[r] = *at(p & 1, r);
     int is[R2];
-    dot_rows<R2>(q, reinterpret_cast<const int2*>(xq + i), is);
-    const float d = __ldg(xd + i);
+    dot_rows<R2, !XS>(q, reinterpret_cast<const int2*>((XS ? xs : xq) + i), is);
+    const float d = XS ? xds[i] : __ldg(xd + i);
 #pragma unroll
     for (int r = 0; r < R2; ++r)
       acc[r] += float(is[r]) * (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
@@ -293,35 +308,42 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   if (lane < R && row0 + lane < hidden) out[row0 + lane] = accumulate ? out[row0 + lane] + t : t;
 }
 
-// The same sum split over the block: a block owns R output rows and its
-// kSplitThreads threads split their (expert, chunk) items, thread t taking
-// items t + kSplitThreads u (U per pass, all of a pass loaded before any is
-// used); the warps' partial sums are added in warp order. More warps in
-// flight than the warp kernel (a warp per 2 rows) where hidden is small.
-template <int R, int U>
+// The same sum split over the block: a block owns G groups of R output rows
+// and its kSplitThreads threads split their (expert, chunk) items, thread t
+// taking items t + kSplitThreads u (U per pass, all of a pass loaded before
+// any is used); the warps' partial sums are added in warp order. Groups run
+// one after the other, the next group's first pass loaded before this
+// group's sums are reduced; with G > 1 the block first copies h (in item
+// order: ranked expert, chunk) to shared memory, so that h is read from L2
+// once per R x G rows, not once per R. More warps in flight than the warp
+// kernel (a warp per 2 rows) where hidden is small. Dynamic shared memory:
+// G > 1: items x (64 + 4) bytes.
+template <int R, int U, int G>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
                              float* out, int accumulate, int early) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
+  extern __shared__ Q8x hsm[];  // G > 1: [items] h, then [items] its scales
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
-  __shared__ float red[R][NW];
+  __shared__ float red[G][R][NW];
   const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
-  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const int64_t row0 = int64_t(blockIdx.x) * R * G;
   const int nch = int(inter / 32), items = k * nch;
   const int step_e = NT / nch, step_i = NT % nch;
-  int e = t / nch, i = t % nch;  // this thread's next item
+  int e = 0, i = 0;  // this thread's next item
   uint4 q[U][R];
   uint32_t s[U][R];
   int ie[U], ii[U];
-  auto load = [&](int base) {  // items base + t + NT u, u < U
+  auto load = [&](int base, int64_t rg) {  // items base + t + NT u, u < U, of rows rg...
+    if (base == 0) e = t / nch, i = t % nch;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       ie[u] = e, ii[u] = i;
       if (base + t + NT * u < items)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int64_t row = row0 + r < hidden ? row0 + r : row0;
+          const int64_t row = rg + r < hidden ? rg + r : rg;
           q[u][r] = __ldg(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
           s[u][r] = __ldg(rk.s[e] + row * nch + i);
         }
@@ -329,115 +351,58 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: three launches back
-  grid_wait();                                                   // h comes from the kernel before
+  if (early) rank_experts(table, ids, weights, k, rk), load(0, row0);  // ids: three launches back
+  grid_wait();  // h comes from the kernel before
   grid_launch_dependents();
-  if (!early) rank_experts(table, ids, weights, k, rk), load(0);
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int base = 0; base < items; base += NT * U) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (base + t + NT * u >= items) break;
-      const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
-      const float d = __ldg(hd + hb);
-      int is[R];
-      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
+  if (!early) rank_experts(table, ids, weights, k, rk), load(0, row0);
+  auto* hds = reinterpret_cast<float*>(hsm + items);  // G > 1: [items]
+  if (G > 1) {
+    for (int j = t; j < 4 * items; j += NT) {
+      const int it = j / 4, ex = it / nch;
+      reinterpret_cast<uint4*>(hsm)[j] =
+          __ldg(reinterpret_cast<const uint4*>(hq + int64_t(rk.slot[ex]) * nch + (it - ex * nch)) +
+                j % 4);
     }
-    if (base + NT * U < items) load(base + NT * U);
+    for (int j = t; j < items; j += NT) {
+      const int ex = j / nch;
+      hds[j] = __ldg(hd + int64_t(rk.slot[ex]) * nch + (j - ex * nch));
+    }
+    __syncthreads();
   }
-  const float w = warp_rows_sum<R>(acc);
-  if (lane < R) red[lane][warp] = w;
+#pragma unroll 1
+  for (int g = 0; g < G; ++g) {
+    const int64_t rg = row0 + int64_t(g) * R;
+    if (rg >= hidden) break;  // the same for every thread
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    for (int base = 0; base < items; base += NT * U) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int it = base + t + NT * u;
+        if (it >= items) break;
+        const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
+        const float d = G > 1 ? hds[it] : __ldg(hd + hb);
+        int is[R];
+        dot_rows<R, G == 1>(q[u], reinterpret_cast<const int2*>(G > 1 ? hsm + it : hq + hb), is);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
+      }
+      if (base + NT * U < items)
+        load(base + NT * U, rg);
+      else if (g + 1 < G && rg + R < hidden)
+        load(0, rg + R);
+    }
+    const float w = warp_rows_sum<R>(acc);
+    if (lane < R) red[g][lane][warp] = w;
+  }
   __syncthreads();
-  if (t < R && row0 + t < hidden) {
+  const int64_t row = row0 + t;  // thread t < R x G: group t / R, row t % R
+  if (t < R * G && row < hidden) {
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < NW; ++j) sum += red[t][j];
-    out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
-  }
-}
-
-// The split kernel's sum with the block's weights staged in shared memory:
-// before grid_wait each thread copies its items' chunks of the block's R rows
-// there (cp.async, wsm [R][items], so that a warp's reads are consecutive)
-// and keeps their scales in registers (a byte a row), so a block needs few
-// registers (8 blocks of 128 threads an SM) and all of a step's down weights
-// are in flight in one wave (the split kernel: 126 registers, 4 blocks, two
-// waves on DeepSeek's shapes). Items, their order and the sums are the split
-// kernel's. Each thread reads only the chunks it copied: cp_async_wait, no
-// barrier. Dynamic shared memory: R x items x 16 bytes.
-template <int R, int U>
-__global__ void __launch_bounds__(kSplitThreads, 8)
-    moe_down_q8_staged_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
-                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                              float* out, int accumulate, int early) {
-  constexpr int NT = kSplitThreads, NW = NT / 32;
-  extern __shared__ uint4 wsm[];  // [R][items]
-  __shared__ RankedExperts rk;    // its weights are unused: h carries them
-  __shared__ float red[R][NW];
-  const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
-  const int64_t row0 = int64_t(blockIdx.x) * R;
-  const int nch = int(inter / 32), items = k * nch;
-  const int step_e = NT / nch, step_i = NT % nch;
-  uint32_t sc[U];  // item t + NT u: row r's e8m0 scale in byte r
-  auto stage = [&] {
-    rank_experts(table, ids, weights, k, rk);
-    const uint64_t pol = l2_policy(false);
-    int e = t / nch, i = t % nch;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int it = t + NT * u;
-      sc[u] = 0;
-      if (it < items)
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int64_t row = row0 + r < hidden ? row0 + r : row0;
-          cp_async16(wsm + r * items + it, reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i,
-                     pol);
-          sc[u] |= uint32_t(__ldg(rk.s[e] + row * nch + i)) << (8 * r);
-        }
-      i += step_i, e += step_e;
-      while (i >= nch) i -= nch, ++e;
-    }
-    cp_async_commit();
-  };
-  if (early) stage();  // ids: three launches back
-  grid_wait();         // h comes from the kernel before
-  grid_launch_dependents();
-  if (!early) stage();
-  cp_async_wait<0>();
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  int e = t / nch, i = t % nch;
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int it = t + NT * u;
-    if (it >= items) break;
-    const int64_t hb = int64_t(rk.slot[e]) * nch + i;
-    const float d = __ldg(hd + hb);
-    uint4 q[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) q[r] = wsm[r * items + it];
-    int is[R];
-    dot_rows<R>(q, reinterpret_cast<const int2*>(hq + hb), is);
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      acc[r] += float(is[r]) * (e8m0_half((sc[u] >> (8 * r)) & 0xffu) * d);
-    i += step_i, e += step_e;
-    while (i >= nch) i -= nch, ++e;
-  }
-  const float w = warp_rows_sum<R>(acc);
-  if (lane < R) red[lane][warp] = w;
-  __syncthreads();
-  if (t < R && row0 + t < hidden) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NW; ++j) sum += red[t][j];
-    out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
+    for (int j = 0; j < NW; ++j) sum += red[t / R][t % R][j];
+    out[row] = accumulate ? out[row] + sum : sum;
   }
 }
 
@@ -463,20 +428,29 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   Q8x* hq = xq + nb;
   auto* xd = reinterpret_cast<float*>(hq + nh);  // [nb] scales of x, then of h
   float* hd = xd + nb;
-  const bool wide = g_kernels.gate_warps == 16;
-  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
-  static const bool smem_ok[2] = {
-      // more than the default 48 KB of dynamic shared memory
-      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess,
-      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess};
-  if (!smem_ok[wide ? 1 : 0]) return false;
+  using Gate = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
+                        int64_t, int64_t, Q8x*, float*, int, int);
+  static constexpr Gate kGate[2][2] = {
+      {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
+      {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
+  static const bool smem_ok = [] {  // more than the default 48 KB of dynamic shared memory
+    bool ok = true;
+    for (int w = 0; w < 2; ++w)
+      for (int xs = 0; xs < 2; ++xs)
+        ok = cudaFuncSetAttribute(kGate[w][xs], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(gate_smem(xs, kGateXsMaxHidden))) == cudaSuccess &&
+             ok;
+    return ok;
+  }();
+  if (!smem_ok) return false;
+  const bool wide = g_kernels.gate_warps == 16,
+             xs = g_kernels.gate_xs && hidden <= kGateXsMaxHidden;
   const int e = early ? 1 : 0;
   launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
          s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
-  launch(gate, dim3(unsigned(inter / 32), unsigned(k)), unsigned(g_kernels.gate_warps * 32),
-         kGateSmem, s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e, g_kernels.l2);
+  launch(kGate[wide ? 1 : 0][xs ? 1 : 0], dim3(unsigned(inter / 32), unsigned(k)),
+         unsigned(g_kernels.gate_warps * 32), gate_smem(xs, hidden), s, table, ids, weights, xq, xd,
+         hidden, inter, hq, hd, e, g_kernels.l2);
   const int acc = fuse.accumulate ? 1 : 0;
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
@@ -484,36 +458,27 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
            kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
     return true;
   }
-  // U items per thread and pass: all of a row's items in one pass up to 4.
-  const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
+  // U items per thread and pass: all of a row's items in one pass up to 4;
+  // row groups (h in shared memory, at most 512 x 68 bytes) only then.
+  const int64_t items = k * (inter / 32), passes = (items + kSplitThreads - 1) / kSplitThreads;
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
+  const int G = R == 4 && passes <= 4 ? g_kernels.down_groups : 1;
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                         const float*, int64_t, int64_t, float*, int, int);
-  static constexpr Down kDown[2][4] = {
-      {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
-       moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
-      {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
-       moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
-  if (R == 4 && g_kernels.down_staged && passes <= 4) {
-    static constexpr Down kStaged[4] = {
-        moe_down_q8_staged_kernel<4, 1>, moe_down_q8_staged_kernel<4, 2>,
-        moe_down_q8_staged_kernel<4, 3>, moe_down_q8_staged_kernel<4, 4>};
-    static const bool carve = [] {  // the most shared memory an SM can give: 8 blocks of 32 KB
-      bool ok = true;
-      for (Down d : kStaged)
-        ok = cudaFuncSetAttribute(d, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)) == cudaSuccess &&
-             ok;
-      return ok;
-    }();
-    (void)carve;  // a preference: without it the kernel still runs, with fewer blocks an SM
-    launch(kStaged[U - 1], unsigned((hidden + 3) / 4), kSplitThreads,
-           size_t(4) * size_t(k * (inter / 32)) * sizeof(uint4), s, table, ids, weights, k, hq, hd,
-           hidden, inter, out, acc, e);
-    return true;
-  }
-  launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
-         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
+  static constexpr Down kDown2[4] = {
+      moe_down_q8_split_kernel<2, 1, 1>, moe_down_q8_split_kernel<2, 2, 1>,
+      moe_down_q8_split_kernel<2, 3, 1>, moe_down_q8_split_kernel<2, 4, 1>};
+  static constexpr Down kDown4[3][4] = {
+      {moe_down_q8_split_kernel<4, 1, 1>, moe_down_q8_split_kernel<4, 2, 1>,
+       moe_down_q8_split_kernel<4, 3, 1>, moe_down_q8_split_kernel<4, 4, 1>},
+      {moe_down_q8_split_kernel<4, 1, 2>, moe_down_q8_split_kernel<4, 2, 2>,
+       moe_down_q8_split_kernel<4, 3, 2>, moe_down_q8_split_kernel<4, 4, 2>},
+      {moe_down_q8_split_kernel<4, 1, 4>, moe_down_q8_split_kernel<4, 2, 4>,
+       moe_down_q8_split_kernel<4, 3, 4>, moe_down_q8_split_kernel<4, 4, 4>}};
+  const Down down = R == 2 ? kDown2[U - 1] : kDown4[G == 4 ? 2 : G - 1][U - 1];
+  const size_t smem = G > 1 ? size_t(items) * (sizeof(Q8x) + sizeof(float)) : 0;
+  launch(down, unsigned((hidden + R * G - 1) / (R * G)), kSplitThreads, smem, s, table, ids,
+         weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
 }
 
