@@ -1,10 +1,11 @@
 // moe_probe: the resident MoE decode step's kernels side by side at real
 // shapes (Qwen3-30B-A3B: hidden 2048, 128 experts of 768, top-8;
 // DeepSeek-V4-Flash experts: hidden 4096, 256 of 2048, top-6), without the
-// engine: decode_q8.cu's kernels in each of their variants (set_moe_q8_kernels)
-// and a plain read of the same bytes (the bound of this access pattern). Each timed call uses
-// another random expert set (64 sets in a CUDA graph, replayed), so the
-// weights come from HBM, not L2. Outputs are compared with decode_q8.cu's by
+// engine: decode_q8.cu's kernels in each of their variants (set_moe_q8_kernels),
+// a plain read of the same bytes (the bound of this access pattern) and the
+// L2's read bandwidth. Each timed call uses another random expert set (64
+// sets in a CUDA graph, replayed), so the weights come from HBM, not L2.
+// Outputs are compared with decode_q8.cu's by
 // max |diff| / max |ref| (the same integer sums; only the f32 order differs).
 // Also: the q8 kernels reading experts in pinned host memory. (The figures
 // of bench/results/h200-moe-probe.json came from this probe at f2e373a, with
@@ -208,7 +209,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   auto wts = [&](int c) { return m.weights + c * sh.k; };
   auto xs = [&](int c) { return m.x + size_t(c) * sh.H; };
   std::vector<Arm> arms;
-  arms.push_back({"default (8 warps, x shared, down 2 x 4 rows)",
+  arms.push_back({"default (gate 8 warps, down split 4 rows)",
                   [&](int c, float* o, void* sc, cudaStream_t st) {
                     return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
                                          xs(c), sh.H, sh.I, sc, o, true, st);
@@ -217,20 +218,13 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     const char* name;
     MoeQ8Kernels k;
   };
-  auto kern = [](int gate, bool x_shared, int rows, int groups, int l2) {
+  auto kern = [](int gate, int rows) {
     MoeQ8Kernels k;
-    k.gate_warps = gate, k.gate_xs = x_shared, k.down_rows = rows, k.down_groups = groups;
-    k.l2 = l2;
+    k.gate_warps = gate, k.down_rows = rows;
     return k;
   };
-  const Variant kVariants[] = {{"x from L2", kern(8, false, 4, 2, 0)},
-                               {"down 1 group (h from L2)", kern(8, true, 4, 1, 0)},
-                               {"down 4 groups", kern(8, true, 4, 4, 0)},
-                               {"before (x and h from L2)", kern(8, false, 4, 1, 0)},
-                               {"l2 1 (down prefetched)", kern(8, true, 4, 2, 1)},
-                               {"down warp", kern(8, true, 0, 1, 0)},
-                               {"down split 2 rows", kern(8, true, 2, 1, 0)},
-                               {"gate 16 warps", kern(16, true, 4, 2, 0)}};
+  const Variant kVariants[] = {
+      {"down warp", kern(8, 0)}, {"down split 2 rows", kern(8, 2)}, {"gate 16 warps", kern(16, 4)}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);
@@ -242,33 +236,27 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                     }});
   // The step's first kernels alone (quantize; quantize and gate/up), to see
   // what each costs in the chain; their output is not the step's (no err).
-  for (int upto = 1; upto <= 2; ++upto)
-    for (int xsh = 0; xsh <= 1; ++xsh) {
-      if (upto == 1 && xsh) continue;
-      Arm a{upto == 1 ? "quantize alone"
-            : xsh     ? "quantize + gate/up, x shared"
-                      : "quantize + gate/up, x from L2",
-            [&, upto, xsh](int c, float*, void* sc, cudaStream_t st) {
-              const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
-              auto* xq = static_cast<Q8x*>(sc);
-              Q8x* hq = xq + nb;
-              auto* xd = reinterpret_cast<float*>(hq + nh);
-              launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
-                     kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
-              if (upto == 2)
-                launch(xsh ? moe_gate_up_q8_kernel<8, true> : moe_gate_up_q8_kernel<8, false>,
-                       dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, gate_smem(xsh, sh.H), st,
-                       m.table, ids(c), wts(c), xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb,
-                       1, 0);
-              return true;
-            }};
-      if (upto == 2)  // the attribute moe_decode_q8 sets on its first call
-        CK(cudaFuncSetAttribute(
-            xsh ? moe_gate_up_q8_kernel<8, true> : moe_gate_up_q8_kernel<8, false>,
-            cudaFuncAttributeMaxDynamicSharedMemorySize, int(gate_smem(xsh, kGateXsMaxHidden))));
-      const double us = time_arm(m, a, out, scratch, scratch_b, s);
-      std::printf("  %-34s %8.2f us\n", a.name, us);
-    }
+  for (int upto = 1; upto <= 2; ++upto) {
+    Arm a{upto == 1 ? "quantize alone" : "quantize + gate/up",
+          [&, upto](int c, float*, void* sc, cudaStream_t st) {
+            const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
+            auto* xq = static_cast<Q8x*>(sc);
+            Q8x* hq = xq + nb;
+            auto* xd = reinterpret_cast<float*>(hq + nh);
+            launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
+                   kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
+            if (upto == 2)
+              launch(moe_gate_up_q8_kernel<8>, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u,
+                     kGateSmem, st, m.table, ids(c), wts(c), xq, xd, int64_t(sh.H), int64_t(sh.I),
+                     hq, xd + nb, 1);
+            return true;
+          }};
+    if (upto == 2)  // the attribute moe_decode_q8 sets on its first call
+      CK(cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(kGateSmem)));
+    const double us = time_arm(m, a, out, scratch, scratch_b, s);
+    std::printf("  %-34s %8.2f us\n", a.name, us);
+  }
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);

@@ -641,22 +641,18 @@ TEST(CudaOps, RoutedQ8MoeMatchesCpuOnManyShapes) {
 // Every q8 kernel variant (MOETIER_CUDA_MOE_*, read when the backend is
 // made), each on the same data: long expert rows (I = 8192 with k = 8 gives
 // the down kernels 2048 (expert, chunk) items per row, more than one pass of
-// a block's 128 threads and too many for row groups: those fall back to
-// one); H = 1056 is 33 blocks of 32 columns (264 groups of 4 rows, 132 of 8,
-// 66 of 16); 13 x 32 items are 4 a thread, 3 x 3 fewer than a block has
-// threads. The last variant is the
-// default, which later tests then use again (the choice is process-wide).
+// a block's 128 threads); H = 1056 is 33 blocks of 32 columns; 13 x 32 items
+// are 4 a thread, 3 x 3 fewer than a block has threads. The last variants
+// are the defaults, which later tests then use again (the choice is
+// process-wide).
 TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
   REQUIRE_GPU();
   ActMode act("q8");
   for (const auto& [var, value] :
-       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN_GROUPS", "1"},
-                                                        {"MOETIER_CUDA_MOE_DOWN_GROUPS", "4"},
-                                                        {"MOETIER_CUDA_MOE_DOWN", "2"},
+       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN", "2"},
                                                         {"MOETIER_CUDA_MOE_DOWN", "warp"},
-                                                        {"MOETIER_CUDA_MOE_GATE_X", "l2"},
-                                                        {"MOETIER_CUDA_MOE_L2", "1"},
                                                         {"MOETIER_CUDA_MOE_GATE", "16"},
+                                                        {"MOETIER_CUDA_MOE_DOWN", "4"},
                                                         {"MOETIER_CUDA_MOE_GATE", "8"}}) {
     EnvVar e(var, value);
     BackendPair f;
@@ -677,7 +673,7 @@ TEST(CudaOps, BadRequestsAreErrors) {
     EXPECT_THROW(make_cuda_backend(0), Error) << bad;
   }
   for (const auto& [var, bad] : std::vector<std::pair<const char*, const char*>>{
-           {"MOETIER_CUDA_MOE_DOWN_GROUPS", "3"}, {"MOETIER_CUDA_MOE_GATE_X", ""}}) {
+           {"MOETIER_CUDA_MOE_DOWN", "3"}, {"MOETIER_CUDA_MOE_GATE", ""}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
   }

@@ -232,23 +232,14 @@ struct Q8Fuse {
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                    void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse = {});
-// Which q8 kernels moe_decode_q8 launches (process-wide; MOETIER_CUDA_MOE_GATE,
-// _GATE_X, _DOWN, _DOWN_GROUPS and _L2, for A/B): gate/up with 8 warps of 4
-// rows (default) or 16 of 2 per block of 32 rows, x read from shared memory
-// (hidden <= 4096) or from L2 by every warp; down with a warp per 2 rows
-// (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows,
-// with 4 rows in 1, 2 or 4 groups (h in shared memory, where a row has at most
-// 512 (expert, chunk) items) (bench/moe_probe.cu, docs/cuda.md).
+// Which q8 kernels moe_decode_q8 launches (process-wide; MOETIER_CUDA_MOE_GATE
+// and MOETIER_CUDA_MOE_DOWN, for A/B): gate/up with 8 warps of 4 rows
+// (default) or 16 of 2 per block of 32 rows; down with a warp per 2 rows
+// (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows
+// (default 4: bench/moe_probe.cu, docs/cuda.md).
 struct MoeQ8Kernels {
-  int gate_warps = 8;   // 8 | 16
-  bool gate_xs = true;  // x in shared memory
-  int down_rows = 4;    // 0 | 2 | 4
-  int down_groups = 2;  // 1 | 2 | 4, with down_rows 4
-  // 1: gate/up's blocks prefetch the selected experts' down matrices into L2
-  // (a slice a block, the copy engine's bulk prefetch), so that down reads
-  // them from L2; 2: and gate/up's own weights are marked evict-first. 0
-  // (default): neither (measured faster on the H200: docs/cuda.md).
-  int l2 = 0;
+  int gate_warps = 8;  // 8 | 16
+  int down_rows = 4;   // 0 | 2 | 4
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 

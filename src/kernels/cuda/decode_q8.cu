@@ -16,9 +16,8 @@
 //    selected expert, a warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
 //    chunk of each per pass; h = silu(gate x) * up x is quantized as one q8
 //    block, its scale times the expert's routing weight;
-//  - down: a block of 128 threads owns 2 groups of 4 output rows, h copied
-//    once to shared memory (set_moe_q8_kernels: 1 or 4 groups, 2 rows, or
-//    the older kernel, a warp per 2 rows) and runs one dot product over
+//  - down: a block of 128 threads owns 4 output rows (set_moe_q8_kernels:
+//    2, or the older kernel, a warp per 2 rows) and runs one dot product over
 //    the (expert, chunk) items of the k experts in ascending id order, split
 //    over its threads and added in a fixed order; with Q8Fuse::accumulate it
 //    adds them to out (the residual add: out is x).
@@ -52,49 +51,15 @@ constexpr int kSplitThreads = 128;                            // the split down 
 
 MoeQ8Kernels g_kernels;  // set_moe_q8_kernels
 
-// 16 bytes global -> shared, asynchronously (L2 only), with an L2 eviction
-// policy (l2_policy); committed as one group per pass (cp_async_commit),
-// waited for with cp_async_wait<N> (all of this thread's groups but the newest N).
-__device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem, uint64_t policy) {
+// 16 bytes global -> shared, asynchronously (L2 only); committed as one group
+// per pass (cp_async_commit), waited for with cp_async_wait<N> (all of this
+// thread's groups but the newest N).
+__device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-               "l"(policy)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 #else
-  (void)policy;
   *smem = __ldg(gmem);
-#endif
-}
-// An L2 policy for the weights a kernel streams once: evict first (these
-// lines go before the prefetched ones), or normal.
-__device__ __forceinline__ uint64_t l2_policy(bool evict_first) {
-  uint64_t p = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (evict_first)
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  else
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
-#else
-  (void)evict_first;
-#endif
-  return p;
-}
-// Part `part` of `parts` of [p, p + bytes) into L2 by the copy engine of the
-// SM (one bulk prefetch, sm_90+; a hint: nothing waits for it). Slices are
-// whole 16-byte units; an unaligned p or bytes is left alone.
-__device__ __forceinline__ void l2_prefetch_part(const void* p, uint64_t bytes, uint32_t part,
-                                                 uint32_t parts) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (!p || ((reinterpret_cast<uintptr_t>(p) | bytes) & 15u)) return;
-  const uint64_t slice = ((bytes + parts - 1) / parts + 15) / 16 * 16, off = slice * part;
-  if (off >= bytes) return;
-  const auto n = uint32_t(bytes - off < slice ? bytes - off : slice);
-  asm volatile(
-      "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + off), "r"(n)
-      : "memory");
-#else
-  (void)p, (void)bytes, (void)part, (void)parts;
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -153,22 +118,15 @@ __global__ void __launch_bounds__(kQuantThreads)
 // refilled with pass p + 2 after the lane's shared loads of pass p (the only
 // reads of it) are issued, which the asm's memory clobber keeps in program
 // order; the copy writes the slot only after its global read returns.
-// NW warps of R rows each (NW x R = 32). XS: the block first copies x's q8
-// blocks and scales to shared memory (after the wait: the kernel before wrote
-// them), so that its warps do not each read all of x from L2. Dynamic shared
-// memory: gate_smem(XS, hidden).
+// NW warps of R rows each (NW x R = 32). Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(2) * 32 * 2 * 32 * sizeof(uint4);
-constexpr int64_t kGateXsMaxHidden = 4096;  // x in shared memory up to here (3 blocks an SM)
-size_t gate_smem(bool xs, int64_t hidden) {
-  return kGateSmem + (xs ? size_t(hidden / 32) * (sizeof(Q8x) + sizeof(float)) : 0);
-}
-template <int NW, bool XS>
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, int l2) {
+                          float* hd, int early) {
   constexpr int R = 32 / NW, R2 = 2 * R, kGateWarps = NW;
-  extern __shared__ uint4 stage[];  // [2][NW][R2][32], then XS: x [nb] q8 blocks, [nb] scales
+  extern __shared__ uint4 stage[];  // [2][NW][R2][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
@@ -177,12 +135,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {},
            sn[2] = {};  // e8m0 scales of passes p, p + 1: gate rows, up rows (4 per word)
-  const uint64_t pol = l2_policy(l2 >= 2);  // this kernel's weights: evict first with l2 = 2
   auto at = [&](int b, int r) { return stage + ((b * kGateWarps + warp) * R2 + r) * 32 + lane; };
   auto issue = [&](int i, int b) {  // the pass of chunk i -> slot b, its scales -> sn
     asm("" : "+r"(i));              // addresses from the 4 bases each pass: no 16 hoisted pointers
 #pragma unroll
-    for (int r = 0; r < R2; ++r) cp_async16(at(b, r), (r < R ? gw : uw) + (r % R) * nbi + i, pol);
+    for (int r = 0; r < R2; ++r) cp_async16(at(b, r), (r < R ? gw : uw) + (r % R) * nbi + i);
     cp_async_commit();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // the warp's R rows only (R = 2: rows past inter unread)
@@ -199,23 +156,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
     if (lane < nbi) issue(lane, 0), sc[0] = sn[0], sc[1] = sn[1];
     if (lane + 32 < nbi) issue(lane + 32, 1);
-    if (l2 >= 1 && threadIdx.x % 32 == 0 && warp < 2)  // the expert's down matrix: a slice a block
-      l2_prefetch_part(warp == 0 ? ex.w[2] : static_cast<const void*>(ex.s[2]),
-                       uint64_t(hidden) * uint64_t(inter) / (warp == 0 ? 2 : 32), blockIdx.x,
-                       gridDim.x);
   };
   if (early) prep();  // ids and weights: two launches back
   grid_wait();        // xq comes from the kernel before
   grid_launch_dependents();
   if (!early) prep();
-  auto* xs = reinterpret_cast<Q8x*>(stage + 2 * NW * R2 * 32);  // XS: [nb]
-  auto* xds = reinterpret_cast<float*>(xs + nb);                // XS: [nb]
-  if (XS) {
-    for (int j = int(threadIdx.x); j < 4 * nbi; j += NW * 32)
-      reinterpret_cast<uint4*>(xs)[j] = __ldg(reinterpret_cast<const uint4*>(xq) + j);
-    for (int j = int(threadIdx.x); j < nbi; j += NW * 32) xds[j] = __ldg(xd + j);
-    __syncthreads();
-  }
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -230,8 +175,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
     for (int r = 0; r < R2; ++r) q[r] = *at(p & 1, r);
     int is[R2];
-    dot_rows<R2, !XS>(q, reinterpret_cast<const int2*>((XS ? xs : xq) + i), is);
-    const float d = XS ? xds[i] : __ldg(xd + i);
+    dot_rows<R2>(q, reinterpret_cast<const int2*>(xq + i), is);
+    const float d = __ldg(xd + i);
 #pragma unroll
     for (int r = 0; r < R2; ++r)
       acc[r] += float(is[r]) * (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
@@ -308,42 +253,35 @@ __global__ void __launch_bounds__(kDownWarps * 32)
   if (lane < R && row0 + lane < hidden) out[row0 + lane] = accumulate ? out[row0 + lane] + t : t;
 }
 
-// The same sum split over the block: a block owns G groups of R output rows
-// and its kSplitThreads threads split their (expert, chunk) items, thread t
-// taking items t + kSplitThreads u (U per pass, all of a pass loaded before
-// any is used); the warps' partial sums are added in warp order. Groups run
-// one after the other, the next group's first pass loaded before this
-// group's sums are reduced; with G > 1 the block first copies h (in item
-// order: ranked expert, chunk) to shared memory, so that h is read from L2
-// once per R x G rows, not once per R. More warps in flight than the warp
-// kernel (a warp per 2 rows) where hidden is small. Dynamic shared memory:
-// G > 1: items x (64 + 4) bytes.
-template <int R, int U, int G>
+// The same sum split over the block: a block owns R output rows and its
+// kSplitThreads threads split their (expert, chunk) items, thread t taking
+// items t + kSplitThreads u (U per pass, all of a pass loaded before any is
+// used); the warps' partial sums are added in warp order. More warps in
+// flight than the warp kernel (a warp per 2 rows) where hidden is small.
+template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
                              float* out, int accumulate, int early) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
-  extern __shared__ Q8x hsm[];  // G > 1: [items] h, then [items] its scales
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
-  __shared__ float red[G][R][NW];
+  __shared__ float red[R][NW];
   const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
-  const int64_t row0 = int64_t(blockIdx.x) * R * G;
+  const int64_t row0 = int64_t(blockIdx.x) * R;
   const int nch = int(inter / 32), items = k * nch;
   const int step_e = NT / nch, step_i = NT % nch;
-  int e = 0, i = 0;  // this thread's next item
+  int e = t / nch, i = t % nch;  // this thread's next item
   uint4 q[U][R];
   uint32_t s[U][R];
   int ie[U], ii[U];
-  auto load = [&](int base, int64_t rg) {  // items base + t + NT u, u < U, of rows rg...
-    if (base == 0) e = t / nch, i = t % nch;
+  auto load = [&](int base) {  // items base + t + NT u, u < U
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       ie[u] = e, ii[u] = i;
       if (base + t + NT * u < items)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int64_t row = rg + r < hidden ? rg + r : rg;
+          const int64_t row = row0 + r < hidden ? row0 + r : row0;
           q[u][r] = __ldg(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
           s[u][r] = __ldg(rk.s[e] + row * nch + i);
         }
@@ -351,58 +289,34 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk), load(0, row0);  // ids: three launches back
-  grid_wait();  // h comes from the kernel before
+  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: three launches back
+  grid_wait();                                                   // h comes from the kernel before
   grid_launch_dependents();
-  if (!early) rank_experts(table, ids, weights, k, rk), load(0, row0);
-  auto* hds = reinterpret_cast<float*>(hsm + items);  // G > 1: [items]
-  if (G > 1) {
-    for (int j = t; j < 4 * items; j += NT) {
-      const int it = j / 4, ex = it / nch;
-      reinterpret_cast<uint4*>(hsm)[j] =
-          __ldg(reinterpret_cast<const uint4*>(hq + int64_t(rk.slot[ex]) * nch + (it - ex * nch)) +
-                j % 4);
+  if (!early) rank_experts(table, ids, weights, k, rk), load(0);
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int base = 0; base < items; base += NT * U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + t + NT * u >= items) break;
+      const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
+      const float d = __ldg(hd + hb);
+      int is[R];
+      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
     }
-    for (int j = t; j < items; j += NT) {
-      const int ex = j / nch;
-      hds[j] = __ldg(hd + int64_t(rk.slot[ex]) * nch + (j - ex * nch));
-    }
-    __syncthreads();
+    if (base + NT * U < items) load(base + NT * U);
   }
-#pragma unroll 1
-  for (int g = 0; g < G; ++g) {
-    const int64_t rg = row0 + int64_t(g) * R;
-    if (rg >= hidden) break;  // the same for every thread
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    for (int base = 0; base < items; base += NT * U) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int it = base + t + NT * u;
-        if (it >= items) break;
-        const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
-        const float d = G > 1 ? hds[it] : __ldg(hd + hb);
-        int is[R];
-        dot_rows<R, G == 1>(q[u], reinterpret_cast<const int2*>(G > 1 ? hsm + it : hq + hb), is);
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
-      }
-      if (base + NT * U < items)
-        load(base + NT * U, rg);
-      else if (g + 1 < G && rg + R < hidden)
-        load(0, rg + R);
-    }
-    const float w = warp_rows_sum<R>(acc);
-    if (lane < R) red[g][lane][warp] = w;
-  }
+  const float w = warp_rows_sum<R>(acc);
+  if (lane < R) red[lane][warp] = w;
   __syncthreads();
-  const int64_t row = row0 + t;  // thread t < R x G: group t / R, row t % R
-  if (t < R * G && row < hidden) {
+  if (t < R && row0 + t < hidden) {
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < NW; ++j) sum += red[t / R][t % R][j];
-    out[row] = accumulate ? out[row] + sum : sum;
+    for (int j = 0; j < NW; ++j) sum += red[t][j];
+    out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
   }
 }
 
@@ -428,29 +342,20 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   Q8x* hq = xq + nb;
   auto* xd = reinterpret_cast<float*>(hq + nh);  // [nb] scales of x, then of h
   float* hd = xd + nb;
-  using Gate = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                        int64_t, int64_t, Q8x*, float*, int, int);
-  static constexpr Gate kGate[2][2] = {
-      {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
-      {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
-  static const bool smem_ok = [] {  // more than the default 48 KB of dynamic shared memory
-    bool ok = true;
-    for (int w = 0; w < 2; ++w)
-      for (int xs = 0; xs < 2; ++xs)
-        ok = cudaFuncSetAttribute(kGate[w][xs], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(gate_smem(xs, kGateXsMaxHidden))) == cudaSuccess &&
-             ok;
-    return ok;
-  }();
-  if (!smem_ok) return false;
-  const bool wide = g_kernels.gate_warps == 16,
-             xs = g_kernels.gate_xs && hidden <= kGateXsMaxHidden;
+  const bool wide = g_kernels.gate_warps == 16;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
+      // more than the default 48 KB of dynamic shared memory
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return false;
   const int e = early ? 1 : 0;
   launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
          s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
-  launch(kGate[wide ? 1 : 0][xs ? 1 : 0], dim3(unsigned(inter / 32), unsigned(k)),
-         unsigned(g_kernels.gate_warps * 32), gate_smem(xs, hidden), s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, e, g_kernels.l2);
+  launch(gate, dim3(unsigned(inter / 32), unsigned(k)), unsigned(g_kernels.gate_warps * 32),
+         kGateSmem, s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e);
   const int acc = fuse.accumulate ? 1 : 0;
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
@@ -458,27 +363,18 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
            kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
     return true;
   }
-  // U items per thread and pass: all of a row's items in one pass up to 4;
-  // row groups (h in shared memory, at most 512 x 68 bytes) only then.
-  const int64_t items = k * (inter / 32), passes = (items + kSplitThreads - 1) / kSplitThreads;
+  // U items per thread and pass: all of a row's items in one pass up to 4.
+  const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
-  const int G = R == 4 && passes <= 4 ? g_kernels.down_groups : 1;
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                         const float*, int64_t, int64_t, float*, int, int);
-  static constexpr Down kDown2[4] = {
-      moe_down_q8_split_kernel<2, 1, 1>, moe_down_q8_split_kernel<2, 2, 1>,
-      moe_down_q8_split_kernel<2, 3, 1>, moe_down_q8_split_kernel<2, 4, 1>};
-  static constexpr Down kDown4[3][4] = {
-      {moe_down_q8_split_kernel<4, 1, 1>, moe_down_q8_split_kernel<4, 2, 1>,
-       moe_down_q8_split_kernel<4, 3, 1>, moe_down_q8_split_kernel<4, 4, 1>},
-      {moe_down_q8_split_kernel<4, 1, 2>, moe_down_q8_split_kernel<4, 2, 2>,
-       moe_down_q8_split_kernel<4, 3, 2>, moe_down_q8_split_kernel<4, 4, 2>},
-      {moe_down_q8_split_kernel<4, 1, 4>, moe_down_q8_split_kernel<4, 2, 4>,
-       moe_down_q8_split_kernel<4, 3, 4>, moe_down_q8_split_kernel<4, 4, 4>}};
-  const Down down = R == 2 ? kDown2[U - 1] : kDown4[G == 4 ? 2 : G - 1][U - 1];
-  const size_t smem = G > 1 ? size_t(items) * (sizeof(Q8x) + sizeof(float)) : 0;
-  launch(down, unsigned((hidden + R * G - 1) / (R * G)), kSplitThreads, smem, s, table, ids,
-         weights, k, hq, hd, hidden, inter, out, acc, e);
+  static constexpr Down kDown[2][4] = {
+      {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
+       moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
+      {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
+       moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
+  launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
 }
 

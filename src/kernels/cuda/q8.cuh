@@ -1,6 +1,6 @@
-// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu) and its device helpers: a q8
-// block is 32 activations as int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored
-// with the codes' negations so that one byte permute applies the weights' signs.
+// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu) and its device helpers: a q8 block is 32 activations as
+// int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored with
+// the codes' negations so that one byte permute applies the weights' signs.
 #pragma once
 
 #include <cstdint>
@@ -82,15 +82,14 @@ __device__ __forceinline__ int word_dot(uint32_t w, int2 p, int2 n, int s) {
 
 // is[r] = integer dot of chunk q[r] (16 bytes: 32 columns) of R rows with one
 // q8 block xv [8] (4 words of codes, 4 of negations as int2), read a word
-// pair at a time so that only 4 of its 16 words are live. kGlobal: xv is in
-// global memory (read through the read-only path), else shared.
-template <int R, bool kGlobal = true>
+// pair at a time so that only 4 of its 16 words are live.
+template <int R>
 __device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, int (&is)[R]) {
 #pragma unroll
   for (int r = 0; r < R; ++r) is[r] = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int2 p = kGlobal ? __ldg(xv + j) : xv[j], n = kGlobal ? __ldg(xv + 4 + j) : xv[4 + j];
+    const int2 p = __ldg(xv + j), n = __ldg(xv + 4 + j);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint32_t w = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
