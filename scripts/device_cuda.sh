@@ -27,6 +27,7 @@
 #   bins test q30 stage30                            the host-tier arm with next-layer staging and without
 #   bins test q30 admit30                            the host-tier arm with admission windows
 #   bins probe skipds4                               the MoE kernels alone; each op's cost, DeepSeek shapes
+#   bins test skipds4 q30 ahead30                    decode steps launched ahead and not (ARMS="none env:MOETIER_DECODE_AHEAD=0")
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -194,6 +195,13 @@ step_pdl30() {  # PDL on and off, and the base build, interleaved
     done
     [ -x $BB/src/tools/moetier ] && MB=$BB/src/tools/moetier bench_arm \
       "moetier cuda all resident, base $(cat .carry/base-commit 2>/dev/null)" \
+      --prompt-tokens 256 --gen 128 --runs 2
+  done
+}
+step_ahead30() {  # all-resident decode with steps launched ahead (default) and one at a time, interleaved
+  for r in 1 2; do
+    bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2
+    MOETIER_DECODE_AHEAD=0 bench_arm "moetier cuda all resident, one step at a time" \
       --prompt-tokens 256 --gen 128 --runs 2
   done
 }

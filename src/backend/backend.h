@@ -304,6 +304,16 @@ class Backend {
   virtual void graph_drop(int graph) {}
   // Ends a recording that failed (an op threw): nothing is kept.
   virtual void graph_abort() {}
+  // Chained replays (with graphs). graph_record_advance(next), recorded as a
+  // step's last op, makes each replay leave the following step's arguments on
+  // the device (position + 1, token = *next) and *next in a host-visible slot
+  // of its position; graph_launch_next(graph, pos) then replays the step at
+  // pos on them, without waiting for the replay before it or sending anything
+  // from the host; graph_token(pos) waits for the replay at pos (launched
+  // either way; at most the two latest are kept) and returns its *next.
+  virtual void graph_record_advance(const int32_t* next) {}
+  virtual void graph_launch_next(int graph, int64_t pos) {}
+  virtual int32_t graph_token(int64_t pos) { return -1; }
 };
 
 // The CPU backend (kernels/cpu, the global thread pool).

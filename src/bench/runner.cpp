@@ -127,7 +127,10 @@ RunOut one_run(Engine& e, const std::vector<int32_t>& ids, const Workload& w, co
   const Snap s1 = snap(e.stats());
   if (opt.on_phase) opt.on_phase("decode " + tag);
   const int64_t steps = w.gen_tokens - 1;
-  for (int64_t i = 0; i < steps; ++i) next = session->decode_greedy(next);
+  session->decode_greedy_run(next, steps, [&](int32_t t) {
+    next = t;
+    return true;
+  });
   e.backend().synchronize();
   const Snap s2 = snap(e.stats());
   RunOut out;

@@ -156,6 +156,7 @@ class ArenaExperts final : public ExpertProvider {
   int32_t* device_staged(int64_t layer) const override;
   void before_device_step() override;
   void after_device_step() override;
+  bool device_steps_need_host() const override { return mapped_; }
   bool mapped_host() const { return mapped_; }
 
   // Blocks until every load in flight (prefetches included) is done and reaped.

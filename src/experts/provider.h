@@ -113,6 +113,10 @@ class ExpertProvider {
   virtual int32_t* device_staged(int64_t layer) const { return nullptr; }
   virtual void before_device_step() {}
   virtual void after_device_step() {}
+  // Whether those two calls do anything: a provider whose tables never change
+  // lets the session launch a decode step before the one before has finished
+  // (Session::decode_greedy_run).
+  virtual bool device_steps_need_host() const { return false; }
 
   // submit + wait; releases the previous acquire()'s ticket first.
   void acquire(int64_t layer, std::span<const int32_t> ids, Phase phase,

@@ -66,6 +66,7 @@ bool Session::decode_graph(int32_t token, bool logits) {
       be.graph_begin(pos_, state_->capacity());
       model_->forward(one, pos_, *state_, *experts_, fo);
       be.argmax(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
+      be.graph_record_advance(device_argmax_.as<int32_t>());
       graph_ = be.graph_end();
     } catch (const Error&) {
       be.graph_abort();
@@ -129,6 +130,70 @@ int32_t Session::decode_greedy(int32_t token, const ForwardOptions& opt) {
     }
   }
   return argmax(decode(token, opt));
+}
+
+bool Session::can_decode_ahead(const ForwardOptions& opt) const {
+  const char* v = std::getenv("MOETIER_DECODE_AHEAD");  // read at each run: an A/B switch
+  check(!v || std::string(v) == "0" || std::string(v) == "1",
+        "MOETIER_DECODE_AHEAD={}: expected 0 or 1", v ? v : "");
+  return !(v && std::string(v) == "0") && graph_ >= 0 && graphable(opt) &&
+         !experts_->device_steps_need_host();
+}
+
+void Session::launch_ahead(const int32_t* token) {
+  check(pos_ + 1 <= state_->capacity(),
+        "session: {} positions + 1 token exceed the session's capacity {}", pos_,
+        state_->capacity());
+  Backend& be = model_->backend();
+  if (token)
+    be.graph_launch(graph_, pos_, *token);
+  else
+    be.graph_launch_next(graph_, pos_);
+  state_->set_size(pos_ + 1);
+  ++pos_, ++ahead_;
+}
+
+int32_t Session::take_ahead() {
+  const int32_t t = model_->backend().graph_token(pos_ - ahead_);
+  --ahead_;
+  return t;
+}
+
+int64_t Session::decode_greedy_run(int32_t token, int64_t n,
+                                   const std::function<bool(int32_t)>& on_token,
+                                   const ForwardOptions& opt) {
+  int64_t done = 0;
+  while (done < n) {
+    if (!can_decode_ahead(opt)) {  // one step at a time (and the step that records the graph)
+      token = decode_greedy(token, opt);
+      ++done;
+      if (!on_token(token)) break;
+      continue;
+    }
+    logits_.clear();
+    auto settle = [&] {  // steps launched past the stop: their positions are taken back
+      if (ahead_ == 0) return;
+      model_->backend().synchronize();
+      pos_ -= ahead_, ahead_ = 0;
+      state_->set_size(pos_);
+    };
+    bool go = true;
+    try {
+      launch_ahead(&token);
+      while (go && ahead_ > 0) {  // one step in flight behind the one whose token is read next
+        if (done + ahead_ < n && pos_ < state_->capacity()) launch_ahead(nullptr);
+        token = take_ahead();
+        ++done;
+        go = on_token(token) && done < n;
+      }
+    } catch (...) {
+      settle();
+      throw;
+    }
+    settle();
+    if (!go) break;
+  }
+  return done;
 }
 
 void Session::rewind(int64_t position) {

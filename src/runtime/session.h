@@ -50,6 +50,17 @@ class Session {
   // device with decode graphs the argmax runs on the device and only the token
   // comes back (logits() is then empty); otherwise argmax of the logits.
   int32_t decode_greedy(int32_t token, const ForwardOptions& opt = {});
+  // Greedy decoding of up to n steps from token, each step fed the token the
+  // one before produced; on_token gets each produced token and returns false
+  // to stop there. Returns the steps taken (the position advances by as
+  // many). Where steps replay a decode graph and the provider needs no host
+  // work between them (ExpertProvider::device_steps_need_host), step t + 1 is
+  // launched before step t's token is read (it reads that token on the
+  // device: Backend::graph_launch_next), so the device does not wait for the
+  // host between steps; a step launched past a stop is discarded and its
+  // position taken back. MOETIER_DECODE_AHEAD=0: one step at a time.
+  int64_t decode_greedy_run(int32_t token, int64_t n, const std::function<bool(int32_t)>& on_token,
+                            const ForwardOptions& opt = {});
   // Moves the position back (later positions are recomputed by the next step).
   void rewind(int64_t position);
 
@@ -69,6 +80,12 @@ class Session {
   // when `logits`; the argmax of the step is always on the device.
   bool decode_graph(int32_t token, bool logits);
   void drop_graph();
+  bool can_decode_ahead(const ForwardOptions& opt) const;
+  // decode_greedy_run's steps in flight: launch_ahead(token) the step for a
+  // host token, launch_ahead() the step for the token the newest one makes;
+  // take_ahead() waits for the oldest and returns its token.
+  void launch_ahead(const int32_t* token);
+  int32_t take_ahead();
 
   const Model* model_;
   ExpertProvider* experts_;
@@ -82,6 +99,7 @@ class Session {
   bool graphs_off_ = false;
   DeviceBuffer device_logits_;  // [vocab]
   DeviceBuffer device_argmax_;  // [1] int32: the replayed step's argmax
+  int64_t ahead_ = 0;           // steps launched by decode_greedy_run, not yet taken
 };
 
 struct EngineOptions {

@@ -200,6 +200,53 @@ TEST(CudaModel, DeviceArgmaxGivesTheHostGreedyTokens) {
   EXPECT_TRUE(s->logits().empty());  // the replayed steps left the logits on the device
 }
 
+// Steps launched ahead (decode_greedy_run on a replayed graph: each step reads
+// the token the one before made on the device): the tokens of plain decode
+// steps, a stop after 12 (the step launched past it taken back: the position
+// counts 12), a resumed run continuing as an uninterrupted one, and generate()
+// with MOETIER_DECODE_AHEAD=0 and 1 giving the same tokens.
+TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  auto gpu = engine(dir, "cuda");
+  const auto ids = tok.encode("It is a truth universally acknowledged, that a single man");
+  const int64_t n0 = int64_t(ids.size());
+  ::setenv("MOETIER_GRAPHS", "0", 1);
+  auto plain = gpu->new_session(n0 + 31);
+  std::vector<int32_t> want{argmax(plain->prefill(ids))};
+  for (int i = 0; i < 30; ++i) want.push_back(argmax(plain->decode(want.back())));
+  ::unsetenv("MOETIER_GRAPHS");
+  auto s = gpu->new_session(n0 + 31);
+  std::vector<int32_t> got{argmax(s->prefill(ids))};
+  EXPECT_EQ(s->decode_greedy_run(got.back(), 30,
+                                 [&](int32_t t) {
+                                   got.push_back(t);
+                                   return got.size() < 13;
+                                 }),
+            12);
+  EXPECT_EQ(s->position(), n0 + 12);
+  EXPECT_EQ(s->decode_greedy_run(got.back(), 18,
+                                 [&](int32_t t) {
+                                   got.push_back(t);
+                                   return true;
+                                 }),
+            18);
+  EXPECT_EQ(s->position(), n0 + 30);
+  EXPECT_EQ(got, want);
+  GenerateOptions go;
+  go.max_new_tokens = 20;
+  std::vector<std::vector<int32_t>> runs;
+  for (const char* ahead : {"0", "1"}) {
+    ::setenv("MOETIER_DECODE_AHEAD", ahead, 1);
+    auto g = gpu->new_session(n0 + 21);
+    runs.push_back(generate(*g, ids, go).tokens);
+  }
+  ::unsetenv("MOETIER_DECODE_AHEAD");
+  EXPECT_EQ(runs[0], std::vector<int32_t>(want.begin(), want.begin() + 20));
+  EXPECT_EQ(runs[1], runs[0]);
+}
+
 // A 2-expert arena with a host tier that holds every expert: the mapped host
 // tier (decode steps on device tables, experts outside the arena read over
 // PCIe in place, admissions copied on the copy stream) changes no token of

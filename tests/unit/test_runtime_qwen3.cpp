@@ -14,11 +14,12 @@
 #include "core/error.h"
 #include "format/safetensors.h"
 #include "kernels/ref/ref.h"
+#include "numeric.h"
 #include "runtime/generate.h"
 #include "runtime/mapped_experts.h"
 #include "runtime/model.h"
 #include "runtime/qwen3_moe/model.h"
-#include "numeric.h"
+#include "runtime/session.h"
 
 using namespace moetier::testing;
 
@@ -292,4 +293,35 @@ TEST(Runtime, GenerateStopsAtEosAndLength) {
   EXPECT_TRUE(st2.stopped_at_eos);
   auto stop = std::find(st.tokens.begin(), st.tokens.end(), st.tokens[3]);
   EXPECT_EQ(st2.tokens, std::vector<int32_t>(st.tokens.begin(), stop));
+}
+
+// decode_greedy_run (one step at a time here: no decode graphs on the CPU):
+// the greedy tokens, a stop taken where the callback says, the position
+// advanced by the steps taken, and a run resumed after a stop continuing
+// as an uninterrupted one.
+TEST(Runtime, GreedyRunStopsAndResumes) {
+  Loaded m("qwen3moe-sharded");
+  MappedExperts ex(*m.ck, m.model.spec());
+  const auto prompt = some_tokens(5, m.model.config().vocab_size, 8);
+  Session plain(m.model, ex, 20);
+  std::vector<int32_t> want{argmax(plain.prefill(prompt))};
+  for (int i = 0; i < 9; ++i) want.push_back(plain.decode_greedy(want.back()));
+  Session s(m.model, ex, 20);
+  std::vector<int32_t> got{argmax(s.prefill(prompt))};
+  auto keep = [&](int32_t t) {
+    got.push_back(t);
+    return got.size() < 5;  // stop after the 4th step
+  };
+  EXPECT_EQ(s.decode_greedy_run(got.back(), 9, keep), 4);
+  EXPECT_EQ(s.position(), 5 + 4);
+  EXPECT_EQ(s.decode_greedy_run(got.back(), 5,
+                                [&](int32_t t) {
+                                  got.push_back(t);
+                                  return true;
+                                }),
+            5);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(s.position(), 5 + 9);
+  EXPECT_EQ(s.decode_greedy_run(got.back(), 0, [](int32_t) { return true; }), 0);
+  EXPECT_THROW(s.decode_greedy_run(got.back(), 7, [](int32_t) { return true; }), Error);
 }

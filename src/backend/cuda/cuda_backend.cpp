@@ -200,7 +200,9 @@ CudaBackend::~CudaBackend() {
   tables_.clear();
   for (cudaGraphExec_t g : graphs_)
     if (g) cudaGraphExecDestroy(g);
-  step_dev_.reset(), step_host_.reset();
+  step_dev_.reset(), step_host_.reset(), step_ring_.reset();
+  for (cudaEvent_t e : step_done_)
+    if (e) cudaEventDestroy(e);
   if (copy_stream_) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
   copy_stream_ = nullptr;
   if (writes_done_) cudaEventSynchronize(writes_done_);
@@ -370,6 +372,9 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
   if (!step_dev_.data()) {
     step_dev_ = alloc(sizeof(StepArgs));
     step_host_ = alloc_host(sizeof(StepArgs));
+    step_ring_ = alloc_host(2 * sizeof(int32_t));
+    for (cudaEvent_t& e : step_done_)
+      cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step event");
   }
   // Attention's split scratch for any step up to max_positions (heads <= 128,
   // head_dim <= 256): nothing may be allocated while recording.
@@ -407,6 +412,30 @@ void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
       cudaMemcpyAsync(step_dev_.data(), h, sizeof(StepArgs), cudaMemcpyHostToDevice, stream_),
       "step args");
   cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
+  cuda_check(cudaEventRecord(step_done_[pos & 1], stream_), "step event");
+}
+
+void CudaBackend::graph_record_advance(const int32_t* next) {
+  check(recording_, "cuda graph: graph_record_advance outside a recording");
+  auto* a = step_dev_.as<StepArgs>();
+  cuda::advance_step(&a->pos, &a->token, next, step_ring_.as<int32_t>(), stream_);
+  after("advance step");
+}
+
+// No synchronize and no step arguments from the host: the replay before
+// (the same stream) left them.
+void CudaBackend::graph_launch_next(int graph, int64_t pos) {
+  check(graph >= 0 && size_t(graph) < graphs_.size() && graphs_[size_t(graph)],
+        "cuda graph: no graph {}", graph);
+  check(pos >= 0 && pos < record_max_, "cuda graph: position {} outside [0, {})", pos, record_max_);
+  cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
+  cuda_check(cudaEventRecord(step_done_[pos & 1], stream_), "step event");
+}
+
+int32_t CudaBackend::graph_token(int64_t pos) {
+  check(step_done_[pos & 1] != nullptr, "cuda graph: no replay at position {}", pos);
+  cuda_check(cudaEventSynchronize(step_done_[pos & 1]), "step");
+  return *static_cast<volatile const int32_t*>(step_ring_.as<int32_t>() + (pos & 1));
 }
 
 void CudaBackend::graph_abort() {

@@ -80,6 +80,9 @@ class CudaBackend final : public Backend {
   void graph_launch(int graph, int64_t pos, int32_t token) override;
   void graph_drop(int graph) override;
   void graph_abort() override;
+  void graph_record_advance(const int32_t* next) override;
+  void graph_launch_next(int graph, int64_t pos) override;
+  int32_t graph_token(int64_t pos) override;
   void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
                  int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* out) override;
   void add(float* x, const float* y, int64_t n) override {
@@ -260,6 +263,8 @@ class CudaBackend final : public Backend {
   bool recording_ = false;
   int64_t record_pos_ = 0, record_max_ = 0;
   DeviceBuffer step_dev_, step_host_;  // [1] StepArgs device / pinned host
+  DeviceBuffer step_ring_;             // [2] int32 pinned host: the token of position p at p & 1
+  cudaEvent_t step_done_[2] = {};      // the replay of position p done: p & 1
   std::vector<cudaGraphExec_t> graphs_;
   std::string timing_path_;
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;

@@ -58,6 +58,9 @@ struct ArgmaxScratch {
   unsigned done;
 };
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s);
+// A decode graph's last op (Backend::graph_record_advance): *pos += 1,
+// *token = *next, and ring[old pos & 1] = *next (host-visible pinned memory).
+void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring, cudaStream_t s);
 
 // Router: probs [n, e] = softmax(logits) (may alias), ids/weights [n, k] the
 // top k by descending probability (ties to the lower id), weights divided by

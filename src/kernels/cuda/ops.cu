@@ -159,6 +159,23 @@ void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStre
   launch(argmax_kernel, g, kArgThreads, 0, s, x, n, out, sc);
 }
 
+namespace {
+__global__ void advance_step_kernel(int64_t* pos, int32_t* token, const int32_t* next,
+                                    int32_t* ring) {
+  const int64_t p = *pos;
+  const int32_t t = *next;
+  *pos = p + 1;
+  *token = t;
+  ring[p & 1] = t;
+  __threadfence_system();
+}
+}  // namespace
+
+void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring,
+                  cudaStream_t s) {
+  advance_step_kernel<<<1, 1, 0, s>>>(pos, token, next, ring);  // after argmax completes
+}
+
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
              cudaStream_t s) {
   if (n <= 0) return;
