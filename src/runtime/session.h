@@ -6,7 +6,9 @@
 //
 // Decode steps of a model whose experts are all resident on a backend with
 // decode graphs (CUDA) are recorded once and replayed (MOETIER_GRAPHS=0 turns
-// that off); the logits are the same as a plain forward's.
+// that off); the logits are the same as a plain forward's. Greedy runs
+// (decode_greedy_run) launch each replay before the host has read the token
+// of the one before; they finish (nothing in flight) before they return.
 //
 // Protocol: an Engine and its sessions are driven from one thread (the
 // provider and the backend are single-caller, see experts/provider.h and
