@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cuda/decode_q8.cu"
+#include "moe_diag.cuh"
 
 namespace moetier::cuda {
 bool pdl_enabled() { return true; }
@@ -194,6 +195,58 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
   return md / mr;
 }
 
+// Where the step's time goes (moe_diag.cuh): quantize + the gate/up kernel in
+// each mode, and the whole step with the down kernel in each mode.
+using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
+                       int64_t, int64_t, Q8x*, float*, int);
+using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
+                       const float*, int64_t, int64_t, float*, int, int);
+template <int U>
+constexpr DownK kDiagDown[4] = {diag_down<U, 0>, diag_down<U, 1>, diag_down<U, 3>, diag_down<U, 4>};
+
+void diag_arms(const Model& m, const std::function<float*(int)>& xs, void* scratch,
+               size_t scratch_b, float* out, cudaStream_t s) {
+  const Shape& sh = m.sh;
+  const GateK gates[5] = {diag_gate_up<0>, diag_gate_up<1>, diag_gate_up<2>, diag_gate_up<3>,
+                          diag_gate_up<4>};
+  for (GateK g : gates)
+    CK(cudaFuncSetAttribute(g, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
+  const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
+  const int U = int(std::min<int64_t>(passes, 4));
+  const DownK* downs = U == 1   ? kDiagDown<1>
+                       : U == 2 ? kDiagDown<2>
+                       : U == 3 ? kDiagDown<3>
+                                : kDiagDown<4>;
+  const char* gname[5] = {"as is", "loads only", "code loads only", "dot only", "frame"};
+  const char* dname[4] = {"as is", "loads only", "dot only", "frame"};
+  auto arm = [&](int gm, int dm) {  // dm -1: no down kernel
+    return Arm{"diag", [&, gm, dm](int c, float* o, void* sc, cudaStream_t st) {
+                 const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
+                 auto* xq = static_cast<Q8x*>(sc);
+                 Q8x* hq = xq + nb;
+                 auto* xd = reinterpret_cast<float*>(hq + nh);
+                 const int32_t* id = m.ids + c * sh.k;
+                 const float* w = m.weights + c * sh.k;
+                 launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
+                        kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
+                 launch(gates[gm], dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st,
+                        m.table, id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
+                 if (dm >= 0)
+                   launch(downs[dm], unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq,
+                          xd + nb, int64_t(sh.H), int64_t(sh.I), o, 0, 1);
+                 return true;
+               }};
+  };
+  for (int gm = 0; gm < 5; ++gm)
+    std::printf("  diag quantize + gate/up %-16s %8.2f us\n", gname[gm],
+                time_arm(m, arm(gm, -1), out, scratch, scratch_b, s));
+  for (int dm = 0; dm < 4; ++dm)
+    std::printf("  diag step, down %-23s %8.2f us\n", dname[dm],
+                time_arm(m, arm(0, dm), out, scratch, scratch_b, s));
+  std::printf("  diag step, gate/up and down frames   %8.2f us\n",
+              time_arm(m, arm(4, 3), out, scratch, scratch_b, s));
+}
+
 void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   Model m = make_model(sh, rng);
   cudaStream_t s;
@@ -257,6 +310,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     const double us = time_arm(m, a, out, scratch, scratch_b, s);
     std::printf("  %-34s %8.2f us\n", a.name, us);
   }
+  diag_arms(m, xs, scratch, scratch_b, out, s);
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);
