@@ -199,11 +199,6 @@ class Backend {
     qk_norm_rope_kv(q, k, v, q_norm, k_norm, 1, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache);
     attention(q, k_cache, v_cache, 1, pos, nh, nkv, hd, scale, out);
   }
-  // A decode hint: the ops after the next attention or MoE step read these
-  // weights (dense matrices, at most 4), so a backend may start bringing them
-  // closer while that step runs (CUDA: its kernel brings them into L2). The
-  // results do not change. Default: nothing.
-  virtual void prefetch_weights(std::span<const MatView> ws) { (void)ws; }
   virtual void add(float* x, const float* y, int64_t n) = 0;                    // x += y
   virtual void add_rows(float* y, const float* b, int64_t n, int64_t dim) = 0;  // y[t] += b
   virtual void silu_mul(float* g, const float* u, int64_t n) = 0;               // g = silu(g) u

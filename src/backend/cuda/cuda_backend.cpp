@@ -116,8 +116,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4"}); !v.empty())
     mk.down_rows = v == "warp" ? 0 : std::stoi(v);
   cuda::set_moe_q8_kernels(mk);
-  if (auto v = choice("MOETIER_CUDA_L2", {"0", "attn", "1"}); !v.empty())
-    l2_mode_ = v == "0" ? 0 : v == "attn" ? 1 : 2;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).
   const char* fz = std::getenv("MOETIER_CUDA_FUSE");
@@ -580,16 +578,6 @@ void CudaBackend::attention(const float* q, const float* k, const float* v, int6
   after("attention");
 }
 
-void CudaBackend::prefetch_weights(std::span<const MatView> ws) {
-  l2_next_ = {};
-  int n = 0;
-  for (const MatView& w : ws) {
-    if (!w.data || n == cuda::L2Regions::kMax) continue;
-    l2_next_.p[n] = w.data;  // the codes; MXFP4 or CB3 scales (1/16 or less) left out
-    l2_next_.bytes[n++] = uint64_t(w.rows) * uint64_t(kernels::row_bytes(w));
-  }
-}
-
 void CudaBackend::attend_decode(float* q, float* k, const float* v, const float* q_norm,
                                 const float* k_norm, int64_t nh, int64_t nkv, int64_t hd, float eps,
                                 int64_t pos, const float* inv_freq, float* k_cache, float* v_cache,
@@ -598,7 +586,7 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
   float* scratch = attention_scratch(1, pos, nh, nkv, hd);
   cuda::DecodePrep p;
   p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,
-  p.eps = eps, p.l2 = take_l2(1);
+  p.eps = eps;
   if (!legacy_decode_ &&
       cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
                              scale, p, out, scratch, sync()->attn_done, stream_))

@@ -109,7 +109,6 @@ class CudaBackend final : public Backend {
                                       k_cache, v_cache);
     after("qk_norm_rope_kv");
   }
-  void prefetch_weights(std::span<const MatView> ws) override;
   void attend_decode(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                      int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,
                      const float* inv_freq, float* k_cache, float* v_cache, float scale,
@@ -174,16 +173,6 @@ class CudaBackend final : public Backend {
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
   int qkv_rows_ = 0;            // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
-  // MOETIER_CUDA_L2=1 (default) | attn | 0: the prefetch_weights hints taken by
-  // decode attention and the MoE step's down kernel, by attention only, or
-  // neither (A/B). l2_next_: the pending hint, taken by the next of them.
-  int l2_mode_ = 2;
-  cuda::L2Regions l2_next_;
-  cuda::L2Regions take_l2(int need) {
-    const cuda::L2Regions r = l2_next_;
-    l2_next_ = {};
-    return l2_mode_ >= need ? r : cuda::L2Regions{};
-  }
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
   // ops cost inside the graph. Tokens are meaningless then.

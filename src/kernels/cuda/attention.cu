@@ -362,19 +362,18 @@ __device__ void decode_prep(float* kc, float* vc, int64_t pos, int64_t g, int hd
 // Dynamic shared memory: K and V tiles [kTile, hd + 4], the group's q [G, hd]
 // and (prep) q_norm, k_norm [hd], cos, sin [hd / 2], a k row [hd]. Before
 // grid_wait the block reads what no kernel of this step writes: the position
-// (copied before the graph), the norms (and brings prep.l2 into L2), and its first tile's cache
-// rows below pos (into registers), and computes the position's cos / sin. After it: the group's q
-// rows; with prep.k_new the input steps (decode_prep); then the tiles, each next one in flight in
-// registers while the warps attend to the current one; with more than one split the last block of
-// each kv head merges (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
+// (copied before the graph), the norms, and its first tile's cache rows below
+// pos (into registers), and computes the position's cos / sin. After it: the
+// group's q rows; with prep.k_new the input steps (decode_prep); then the
+// tiles, each next one in flight in registers while the warps attend to the
+// current one; with more than one split the last block of each kv head merges
+// (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
 template <int HPW, int HD>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
                        float* scratch, DecodePrep prep, unsigned* done) {
   extern __shared__ float4 smem4[];
-  if (threadIdx.x == 0)  // the ops after it: weights, read before grid_wait
-    l2_prefetch(prep.l2, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
   const int hd = HD ? HD : int(hd_rt);
   const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
   int64_t tps = 0, splits = 0;

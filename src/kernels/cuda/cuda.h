@@ -95,14 +95,6 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
 // written to the caches. q is not modified. false (nothing launched) where
 // the decode kernel does not apply (hd not a multiple of 4 or > 256, over 32
 // query heads per kv head).
-// Weights a decode kernel brings into L2 before its grid_wait, for the ops
-// after it (Backend::prefetch_weights): up to kMax regions, each split over
-// the kernel's blocks (l2_prefetch, launch.cuh). Only a hint.
-struct L2Regions {
-  static constexpr int kMax = 4;
-  const void* p[kMax] = {};
-  uint64_t bytes[kMax] = {};
-};
 struct DecodePrep {
   const float* k_new = nullptr;     // [kv_heads, hd]
   const float* v_new = nullptr;     // [kv_heads, hd]
@@ -110,7 +102,6 @@ struct DecodePrep {
   const float* k_norm = nullptr;    // [hd] or null
   const float* inv_freq = nullptr;  // [hd / 2]
   float eps = 0.0f;
-  L2Regions l2;  // brought into L2 by the kernel's blocks
 };
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
@@ -240,7 +231,6 @@ struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;
   bool accumulate = false;
-  L2Regions l2;  // brought into L2 by the down kernel's blocks
 };
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,

@@ -20,8 +20,7 @@
 //    2, or the older kernel, a warp per 2 rows) and runs one dot product over
 //    the (expert, chunk) items of the k experts in ascending id order, split
 //    over its threads and added in a fixed order; with Q8Fuse::accumulate it
-//    adds them to out (the residual add: out is x). Its blocks also bring
-//    Q8Fuse::l2 (the next ops' weights) into L2 before their grid_wait.
+//    adds them to out (the residual add: out is x).
 // A q8 block is 64 bytes: its 32 int8 codes, then their 32 negations, so that
 // one byte permute gives the activations with the weights' signs applied
 // (e2m1 sign-magnitude: the magnitudes come from a second permute), 11
@@ -263,9 +262,8 @@ template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                             float* out, int accumulate, int early, L2Regions l2) {
+                             float* out, int accumulate, int early) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
-  if (threadIdx.x == 0) l2_prefetch(l2, blockIdx.x, gridDim.x);  // the ops after the step
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[R][NW];
   const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
@@ -369,14 +367,14 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
-                        const float*, int64_t, int64_t, float*, int, int, L2Regions);
+                        const float*, int64_t, int64_t, float*, int, int);
   static constexpr Down kDown[2][4] = {
       {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
        moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
       {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
        moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
   launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
-         ids, weights, k, hq, hd, hidden, inter, out, acc, e, fuse.l2);
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
 }
 

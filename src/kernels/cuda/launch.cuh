@@ -51,30 +51,6 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #endif
 }
 
-// Weights a kernel brings into L2 before its grid_wait (L2Regions, cuda.h):
-// part `part` of `parts` of each region, one bulk prefetch each by the SM's
-// copy engine (cp.async.bulk.prefetch, sm_90+). A hint: nothing waits for it
-// and nothing reads it back; a slice not 16-byte aligned is left alone.
-template <typename Regions>
-__device__ __forceinline__ void l2_prefetch(const Regions& r, uint32_t part, uint32_t parts) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#pragma unroll
-  for (int i = 0; i < Regions::kMax; ++i) {
-    const uint64_t bytes = r.bytes[i];
-    if (!r.p[i] || ((reinterpret_cast<uintptr_t>(r.p[i]) | bytes) & 15u)) continue;
-    const uint64_t slice = ((bytes + parts - 1) / parts + 15) / 16 * 16, off = slice * part;
-    if (off >= bytes) continue;
-    const auto n = uint32_t(bytes - off < slice ? bytes - off : slice);
-    asm volatile(
-        "cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(r.p[i]) + off),
-        "r"(n)
-        : "memory");
-  }
-#else
-  (void)r, (void)part, (void)parts;
-#endif
-}
-
 #ifndef MOETIER_CUDA_MIN_ARCH
 #define MOETIER_CUDA_MIN_ARCH 0
 #endif

@@ -1,6 +1,6 @@
-// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu) and its device helpers: a q8
-// block is 32 activations as int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored
-// with the codes' negations so that one byte permute applies the weights' signs.
+// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu) and its device helpers: a q8 block is 32 activations as
+// int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored with
+// the codes' negations so that one byte permute applies the weights' signs.
 #pragma once
 
 #include <cstdint>

@@ -31,9 +31,6 @@ void Qwen3MoeModel::attention(int64_t layer, float* x, float* xn, int64_t n, int
   const float scale = float(std::pow(double(hd), -0.5));
   float* ctx = ws.get(kCtx, n * qd);  // [n, heads, hd]
   if (n == 1) {                       // decode: the per-head steps and attention in one backend op
-    const LayerWeights& lw = layers_[size_t(layer)];
-    const MatView after[2] = {a.o, lw.moe ? lw.router : MatView{}};
-    be.prefetch_weights(after);  // read right after attention (a hint)
     be.attend_decode(q, k, v, a.q_norm, a.k_norm, nh, nkv, hd, eps, start_pos, inv_freq_,
                      kv.keys(layer), kv.values(layer), scale, ctx);
   } else {

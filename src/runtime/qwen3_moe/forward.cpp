@@ -103,11 +103,6 @@ void Qwen3MoeModel::moe(int64_t layer, float* x, float* xn, std::span<const int3
       next.norm = layers_[size_t(nl)].post_attention_norm;
     }
     const bool stage = next.table >= 0 && next.staged;
-    if (layer + 1 < cfg_.num_hidden_layers) {  // read right after the experts (a hint)
-      const AttentionWeights& na = layers_[size_t(layer + 1)].attn;
-      const MatView qkv[3] = {na.q, na.k, na.v};
-      be_->prefetch_weights(qkv);
-    }
     route_moe_resident_add_device(*be_, lw.router, table, x, cfg_.num_experts_per_tok,
                                   cfg_.norm_topk_prob, h, cfg_.moe_intermediate_size,
                                   {lw.post_attention_norm, eps, xn, out, stage ? &next : nullptr},
