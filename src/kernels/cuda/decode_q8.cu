@@ -111,23 +111,6 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (!early) work();
 }
 
-// acc[r] += is[r] * scale(r) * d for the R gate rows (scales packed in g, a
-// byte a row) and the R up rows (in u).
-template <int R>
-__device__ __forceinline__ void acc_scaled(float (&acc)[2 * R], const int (&is)[2 * R], uint32_t g,
-                                           uint32_t u, float d) {
-  static_assert(R == 2 || R == 4);
-  const float sg[4] = {e8m0_at<0>(g), e8m0_at<1>(g), R > 2 ? e8m0_at<2>(g) : 0.0f,
-                       R > 2 ? e8m0_at<3>(g) : 0.0f};
-  const float su[4] = {e8m0_at<0>(u), e8m0_at<1>(u), R > 2 ? e8m0_at<2>(u) : 0.0f,
-                       R > 2 ? e8m0_at<3>(u) : 0.0f};
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    acc[r] += float(is[r]) * (sg[r] * d);
-    acc[R + r] += float(is[R + r]) * (su[r] * d);
-  }
-}
-
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
 // scales times the slot's routing weight. Pass p: chunk lane + 32 p of the
 // warp's 8 rows, copied to shared memory slot p & 1 (cp.async, each lane its
@@ -181,7 +164,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
-  uint32_t nan[2] = {};  // bytes of the scales that were 0xff (e8m0_nan_bytes)
   int p = 0;
 #pragma unroll 1
   for (int i = lane; i < nbi; i += 32, ++p) {
@@ -194,15 +176,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     for (int r = 0; r < R2; ++r) q[r] = *at(p & 1, r);
     int is[R2];
     dot_rows<R2>(q, reinterpret_cast<const int2*>(xq + i), is);
-    const float d = 0.5f * __ldg(xd + i);  // with e8m0_at's whole scale: the CPU's product
-    acc_scaled<R>(acc, is, sc[0], sc[1], d);
-    nan[0] |= e8m0_nan_bytes(sc[0]), nan[1] |= e8m0_nan_bytes(sc[1]);
+    const float d = __ldg(xd + i);
+#pragma unroll
+    for (int r = 0; r < R2; ++r)
+      acc[r] += float(is[r]) * (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
     sc[0] = sn[0], sc[1] = sn[1];
     if (i + 64 < nbi) issue(i + 64, p & 1);
   }
-#pragma unroll
-  for (int r = 0; r < R2; ++r)
-    if ((nan[r / R] >> (8 * (r % R) + 7)) & 1u) acc[r] = __int_as_float(0x7fc00000);
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
   const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
   if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
@@ -314,26 +294,21 @@ __global__ void __launch_bounds__(kSplitThreads)
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);
   float acc[R];
-  uint32_t top[R];  // the largest scale byte of each row (0xff: NaN)
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f, top[r] = 0;
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   for (int base = 0; base < items; base += NT * U) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (base + t + NT * u >= items) break;
       const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
-      const float d = 0.5f * __ldg(hd + hb);  // with e8m0_full's whole scale: the CPU's product
+      const float d = __ldg(hd + hb);
       int is[R];
       dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        acc[r] += float(is[r]) * (e8m0_full(s[u][r]) * d), top[r] = max(top[r], s[u][r]);
+      for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
     }
     if (base + NT * U < items) load(base + NT * U);
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (top[r] == 0xffu) acc[r] = __int_as_float(0x7fc00000);
   const float w = warp_rows_sum<R>(acc);
   if (lane < R) red[lane][warp] = w;
   __syncthreads();

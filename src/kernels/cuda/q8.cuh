@@ -1,6 +1,6 @@
-// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu) and its device helpers: a q8
-// block is 32 activations as int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored
-// with the codes' negations so that one byte permute applies the weights' signs.
+// The q8 activation format of the MXFP4 decode kernels (decode_q8.cu) and its device helpers: a q8 block is 32 activations as
+// int8 with one f32 scale d = amax / 127 (as kernels/cpu/q8.h), stored with
+// the codes' negations so that one byte permute applies the weights' signs.
 #pragma once
 
 #include <cstdint>
@@ -104,27 +104,6 @@ __device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, in
 __device__ __forceinline__ float e8m0_half(uint32_t e) {
   const uint32_t b = e <= 1 ? 0x00200000u << e : (e - 1) << 23;
   return __uint_as_float(e == 0xffu ? 0x7fc00000u : b);
-}
-
-// The e8m0 scale in byte R of a packed word as the float 2^(e - 127) (the
-// whole scale: the kernels fold the halving of the doubled e2m1 codes into
-// the activation scale, an exact power-of-two step): the byte moved to the
-// top by one permute and shifted into the exponent, e = 0 raised to its
-// subnormal 2^-127 by a max. e = 0xff (NaN) gives infinity here: callers flag
-// it with e8m0_nan_bytes and make the row NaN, as kernels/cpu/q8.h does.
-template <int R>
-__device__ __forceinline__ float e8m0_at(uint32_t packed) {
-  const uint32_t top = uint32_t(prmt(packed, 0u, 0x0444u | (uint32_t(R) << 12)));
-  return __uint_as_float(max(top >> 1, 0x00400000u));
-}
-// The same for one scale byte e (0..255).
-__device__ __forceinline__ float e8m0_full(uint32_t e) {
-  return __uint_as_float(max(e << 23, 0x00400000u));
-}
-// Bit 7 of each byte of the result is set where that byte of x is 0xff.
-__device__ __forceinline__ uint32_t e8m0_nan_bytes(uint32_t x) {
-  const uint32_t t = (~x & 0x7f7f7f7fu) + 0x7f7f7f7fu;  // bit 7 of a byte: its low 7 bits of ~x
-  return ~t & x & 0x80808080u;
 }
 
 }  // namespace moetier::cuda
