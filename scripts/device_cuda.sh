@@ -28,6 +28,7 @@
 #   bins test q30 admit30                            the host-tier arm with admission windows
 #   bins probe skipds4                               the MoE kernels alone; each op's cost, DeepSeek shapes
 #   bins test skipds4 q30 ahead30                    decode steps launched ahead and not (ARMS="none env:MOETIER_DECODE_AHEAD=0")
+#   bins probe ds4 q30 res30 test                    the MoE kernels alone, then both models all resident
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -204,6 +205,9 @@ step_ahead30() {  # all-resident decode with steps launched ahead (default) and 
     MOETIER_DECODE_AHEAD=0 bench_arm "moetier cuda all resident, one step at a time" \
       --prompt-tokens 256 --gen 128 --runs 2
   done
+}
+step_res30() {  # all-resident decode alone, two runs of two (after step_q30)
+  for r in 1 2; do bench_arm "moetier cuda all resident" --prompt-tokens 256 --gen 128 --runs 2; done
 }
 step_ds4() {  # DeepSeek-V4-Flash-shaped experts (hidden 4096, 256 x 2048, top-6), all resident
   local d=/tmp/ds4 n=${DS4_LAYERS:-6}

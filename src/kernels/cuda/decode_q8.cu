@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   grid_wait();        // xq comes from the kernel before
   grid_launch_dependents();
   if (!early) prep();
+  const DotConsts dc = dot_consts();
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -171,15 +172,14 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
       cp_async_wait<1>();  // pass p has landed; pass p + 1 may still be in flight
     else
       cp_async_wait<0>();
-    uint4 q[R2];
+    int4 xr[4];  // x's q8 block in registers, each row's chunk read from shared memory in turn
 #pragma unroll
-    for (int r = 0; r < R2; ++r) q[r] = *at(p & 1, r);
-    int is[R2];
-    dot_rows<R2>(q, reinterpret_cast<const int2*>(xq + i), is);
+    for (int j = 0; j < 4; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
     const float d = __ldg(xd + i);
 #pragma unroll
     for (int r = 0; r < R2; ++r)
-      acc[r] += float(is[r]) * (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
+      acc[r] += float(dot_chunk(*at(p & 1, r), xr, dc)) *
+                (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
     sc[0] = sn[0], sc[1] = sn[1];
     if (i + 64 < nbi) issue(i + 64, p & 1);
   }
@@ -293,6 +293,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   grid_wait();                                                   // h comes from the kernel before
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);
+  const DotConsts dc = dot_consts();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
       const float d = __ldg(hd + hb);
       int is[R];
-      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
+      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is, dc);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
     }
