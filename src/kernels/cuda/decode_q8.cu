@@ -117,7 +117,9 @@ __global__ void __launch_bounds__(kQuantThreads)
 // own 16-byte chunks) while pass p - 1 is computed. The slot of pass p is
 // refilled with pass p + 2 after the lane's shared loads of pass p (the only
 // reads of it) are issued, which the asm's memory clobber keeps in program
-// order; the copy writes the slot only after its global read returns.
+// order; the copy writes the slot only after its global read returns. x's q8
+// block of the pass is read into registers once (4 x 16 bytes) and each row's
+// chunk from shared memory in turn.
 // NW warps of R rows each (NW x R = 32). Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(2) * 32 * 2 * 32 * sizeof(uint4);
 template <int NW>
@@ -161,7 +163,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   grid_wait();        // xq comes from the kernel before
   grid_launch_dependents();
   if (!early) prep();
-  const DotConsts dc = dot_consts();
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     const float d = __ldg(xd + i);
 #pragma unroll
     for (int r = 0; r < R2; ++r)
-      acc[r] += float(dot_chunk(*at(p & 1, r), xr, dc)) *
+      acc[r] += float(dot_chunk(*at(p & 1, r), xr)) *
                 (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
     sc[0] = sn[0], sc[1] = sn[1];
     if (i + 64 < nbi) issue(i + 64, p & 1);
@@ -293,7 +294,6 @@ __global__ void __launch_bounds__(kSplitThreads)
   grid_wait();                                                   // h comes from the kernel before
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);
-  const DotConsts dc = dot_consts();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
       const float d = __ldg(hd + hb);
       int is[R];
-      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is, dc);
+      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
     }

@@ -80,33 +80,13 @@ __device__ __forceinline__ int word_dot(uint32_t w, int2 p, int2 n, int s) {
   return __dp4a(prmt(kMag0, kMag1, idx >> 16), prmt(uint32_t(p.y), uint32_t(n.y), sel >> 16), s);
 }
 
-// word_dot's loop-invariant constants held in registers: made opaque once per
-// kernel, so that the compiler cannot fold them back into immediates (a
-// permute takes one immediate operand at most; under register pressure the
-// SASS rematerialized the table before every permute, and the selector's
-// OR took a second LOP3).
-struct DotConsts {
-  uint32_t mag0, sel;
-};
-__device__ __forceinline__ DotConsts dot_consts() {
-  DotConsts c{0x03020100u, 0x32103210u};
-  asm volatile("" : "+r"(c.mag0), "+r"(c.sel));
-  return c;
-}
-// word_dot with the constants in registers: the same result.
-__device__ __forceinline__ int word_dot(uint32_t w, int2 p, int2 n, int s, const DotConsts& c) {
-  constexpr uint32_t kMag1 = 0x0c080604u;
-  const uint32_t idx = w & 0x77777777u, sel = ((w >> 1) & 0x44444444u) | c.sel;
-  s = __dp4a(prmt(c.mag0, kMag1, idx), prmt(uint32_t(p.x), uint32_t(n.x), sel), s);
-  return __dp4a(prmt(c.mag0, kMag1, idx >> 16), prmt(uint32_t(p.y), uint32_t(n.y), sel >> 16), s);
-}
 // The integer dot of one 16-byte chunk w (32 codes) with a q8 block held in
 // registers (x: its codes p0, p1, then their negations n0, n1).
-__device__ __forceinline__ int dot_chunk(const uint4& w, const int4 (&x)[4], const DotConsts& c) {
-  int s = word_dot(w.x, make_int2(x[0].x, x[0].y), make_int2(x[2].x, x[2].y), 0, c);
-  s = word_dot(w.y, make_int2(x[0].z, x[0].w), make_int2(x[2].z, x[2].w), s, c);
-  s = word_dot(w.z, make_int2(x[1].x, x[1].y), make_int2(x[3].x, x[3].y), s, c);
-  return word_dot(w.w, make_int2(x[1].z, x[1].w), make_int2(x[3].z, x[3].w), s, c);
+__device__ __forceinline__ int dot_chunk(const uint4& w, const int4 (&x)[4]) {
+  int s = word_dot(w.x, make_int2(x[0].x, x[0].y), make_int2(x[2].x, x[2].y), 0);
+  s = word_dot(w.y, make_int2(x[0].z, x[0].w), make_int2(x[2].z, x[2].w), s);
+  s = word_dot(w.z, make_int2(x[1].x, x[1].y), make_int2(x[3].x, x[3].y), s);
+  return word_dot(w.w, make_int2(x[1].z, x[1].w), make_int2(x[3].z, x[3].w), s);
 }
 
 // is[r] = integer dot of chunk q[r] (16 bytes: 32 columns) of R rows with one
@@ -123,22 +103,6 @@ __device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, in
     for (int r = 0; r < R; ++r) {
       const uint32_t w = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
       is[r] = word_dot(w, p, n, is[r]);
-    }
-  }
-}
-// The same with word_dot's constants in registers (DotConsts).
-template <int R>
-__device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, int (&is)[R],
-                                         const DotConsts& c) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) is[r] = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int2 p = __ldg(xv + j), n = __ldg(xv + 4 + j);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t w = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
-      is[r] = word_dot(w, p, n, is[r], c);
     }
   }
 }
