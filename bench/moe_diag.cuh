@@ -1,5 +1,7 @@
 // Diagnostic copies of decode_q8.cu's gate/up kernel (8 warps) and split
 // down kernel (4 rows), for moe_probe only: where the MoE step's time goes.
+// They are the kernels as at 5481ac7 (gate/up before 59cf098 read x into
+// registers once a pass), so MODE 0 is also the probe's "before" arm.
 // MODE 0: the kernel as it is; 1: the weight loads, no dot (the words
 // xor-ed); 2: as 1 without the scale loads; 3: the dot, no weight loads (on
 // whatever shared memory and registers hold); 4: neither (the kernel's frame:
