@@ -247,6 +247,54 @@ void diag_arms(const Model& m, const std::function<float*(int)>& xs, void* scrat
               time_arm(m, arm(4, 3), out, scratch, scratch_b, s));
 }
 
+// The gate/up candidates of moe_diag.cuh in the whole step (the down kernel
+// as shipped), against ref: the default arm's outputs.
+void cand_arms(const Model& m, const std::function<float*(int)>& xs, void* scratch,
+               size_t scratch_b, float* out, cudaStream_t s, const std::vector<float>& ref) {
+  const Shape& sh = m.sh;
+  struct Cand {
+    const char* name;
+    GateK k;
+  };
+  const Cand cands[] = {{"cand: gate/up as shipped", cand_gate_up<3, 0>},
+                        {"cand: 2 blocks an SM", cand_gate_up<2, 0>},
+                        {"cand: sign-replicate dot", cand_gate_up<3, 1>},
+                        {"cand: both", cand_gate_up<2, 1>}};
+  const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
+  const int U = int(std::min<int64_t>(passes, 4));
+  const DownK down = U == 1   ? kDiagDown<1>[0]
+                     : U == 2 ? kDiagDown<2>[0]
+                     : U == 3 ? kDiagDown<3>[0]
+                              : kDiagDown<4>[0];
+  for (const Cand& cd : cands) {
+    CK(cudaFuncSetAttribute(cd.k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
+    const Arm a{cd.name, [&, cd](int c, float* o, void* sc, cudaStream_t st) {
+                  const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
+                  auto* xq = static_cast<Q8x*>(sc);
+                  Q8x* hq = xq + nb;
+                  auto* xd = reinterpret_cast<float*>(hq + nh);
+                  const int32_t* id = m.ids + c * sh.k;
+                  const float* w = m.weights + c * sh.k;
+                  launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
+                         kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
+                  launch(cd.k, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st,
+                         m.table, id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
+                  launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
+                         int64_t(sh.H), int64_t(sh.I), o, 0, 1);
+                  return true;
+                }};
+    CK(cudaMemset(out, 0xff, sizeof(float) * size_t(sh.H) * kCalls));  // NaN poison
+    for (int c = 0; c < kCalls; ++c)
+      a.run(c, out + size_t(c) * sh.H, static_cast<uint8_t*>(scratch) + c * scratch_b, s);
+    CK(cudaStreamSynchronize(s));
+    std::vector<float> o(size_t(sh.H) * kCalls);
+    CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
+    const double err = max_rel(o, ref);
+    std::printf("  %-34s %8.2f us  err %.2e\n", cd.name, time_arm(m, a, out, scratch, scratch_b, s),
+                err);
+  }
+}
+
 void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   Model m = make_model(sh, rng);
   cudaStream_t s;
@@ -346,6 +394,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     std::printf("  %-34s %8.2f us %7.0f GB/s  %5.1f%% of copy  err %.2e\n", a.name, us,
                 m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs, err);
   }
+  cand_arms(m, xs, scratch, scratch_b, out, s, ref);
   // Experts in pinned host memory (the mapped host tier): call 0's k experts.
   {
     std::vector<ExpertPtrs> ht = m.host_table;

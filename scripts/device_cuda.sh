@@ -29,6 +29,7 @@
 #   bins probe skipds4                               the MoE kernels alone; each op's cost, DeepSeek shapes
 #   bins test skipds4 q30 ahead30                    decode steps launched ahead and not (ARMS="none env:MOETIER_DECODE_AHEAD=0")
 #   bins probe ds4 q30 res30 test                    the MoE kernels alone, then both models all resident
+#   bins probe sass                                  the MoE kernels and moe_diag.cuh's gate/up candidates, their SASS
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -65,6 +66,16 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
     nvcc -O3 -std=c++20 -arch=sm_90 -Isrc -DMOETIER_CUDA_MIN_ARCH=90 bench/moe_probe.cu -o $p || return 1
   fi
   timeout ${PROBE_TIMEOUT:-240} $p 2>&1 | tee "$OUT/moe_probe.txt"
+}
+step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) and their instruction counts
+  local p=.carry/probe/moe_probe
+  [ -x $p ] || p=/tmp/moe_probe
+  for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8 split_kernelILi4ELi3 cand_gate_upILi2ELi0 cand_gate_upILi3ELi1 cand_gate_upILi2ELi1}; do
+    local f; f=$(cuobjdump -symbols $p 2>/dev/null | grep -o "_Z[A-Za-z0-9_]*$k[A-Za-z0-9_]*" | head -1)
+    [ -n "$f" ] || { echo "sass: no kernel $k"; continue; }
+    cuobjdump -sass -fun "$f" $p >"$OUT/sass-$k.txt" 2>&1
+    echo "sass $k: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$OUT/sass-$k.txt") instructions, $(grep -c 'IMAD.U32' "$OUT/sass-$k.txt") IMAD.U32"
+  done
 }
 step_test() {
   for t in test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_cuda_stage_cuda \
