@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(128)
 // 128, so prmt(table, code) gives the magnitude of a positive code and 0 of a
 // negative one, prmt(table, code ^ 8) the reverse; dp4a of the first with x's
 // codes plus dp4a of the second with their negations is the signed dot, with
-// no selector to build (one xor and two shifts a word instead of five).
+// no selector to build (one xor and two shifts a word instead of six).
 __device__ __forceinline__ int word_dot_sr(uint32_t w, int2 p, int2 n, int s) {
   constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
   const uint32_t x = w ^ 0x88888888u;
