@@ -1,17 +1,51 @@
-// Diagnostic copies of decode_q8.cu's gate/up kernel (8 warps) and split
-// down kernel (4 rows), for moe_probe only: where the MoE step's time goes.
-// They are the kernels as at 5481ac7 (gate/up before 59cf098 read x into
-// registers once a pass), so MODE 0 is also the probe's "before" arm.
-// MODE 0: the kernel as it is; 1: the weight loads, no dot (the words
-// xor-ed); 2: as 1 without the scale loads; 3: the dot, no weight loads (on
-// whatever shared memory and registers hold); 4: neither (the kernel's frame:
-// ids, table, waits, h's write). The outputs of modes 1-4 are meaningless.
+// Diagnostic copies of decode_q8.cu's gate/up kernel (8 warps, as shipped at
+// 59cf098: x's q8 block in registers once a pass) and split down kernel (4
+// rows), for moe_probe only: where the MoE step's time goes, and candidates.
+// MODE 0: the kernel as it is (moe_probe times the shipped one; mode 0 here is
+// the base of the candidates below, and of the dot in mode 3); 1: the weight loads, no dot (the
+// words xor-ed); 2: as 1 without the scale loads; 3: the dot, no weight loads (on whatever shared
+// memory and registers hold); 4: neither (the kernel's frame: ids, table, waits, h's write). The
+// outputs of modes 1-4 are meaningless. Gate/up candidates (mode 0, not in decode_q8.cu): MINB
+// blocks an SM in the launch bounds (2: up to 128 registers, perhaps room to keep the magnitude
+// table in a register, which the SASS rematerializes at 3) and SR, the dot by
+// sign replication (word_dot_sr). The figures of
+// bench/results/h200-moe-step-diagnosis.json came from the copies as at
+// 5481ac7 (dc8d8b9), before x was held in registers.
 #pragma once
 
 namespace moetier::cuda {
 
-template <int MODE>
-__global__ void __launch_bounds__(256, 3)
+// A permute whose selector nibble has bit 3 set replicates the chosen byte's
+// sign bit, and the e2m1 magnitudes are all below 128, so prmt(table, code)
+// is the magnitude of a positive code and 0 of a negative one, prmt(table,
+// code ^ 8) the reverse: dp4a of the first with x's codes plus dp4a of the
+// second with their negations is word_dot's signed dot, with no selector to
+// build (one xor and two shifts a word instead of six).
+__device__ __forceinline__ int word_dot_sr(uint32_t w, int2 p, int2 n, int s) {
+  constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
+  const uint32_t x = w ^ 0x88888888u;
+  s = __dp4a(prmt(kMag0, kMag1, w), p.x, s);
+  s = __dp4a(prmt(kMag0, kMag1, x), n.x, s);
+  s = __dp4a(prmt(kMag0, kMag1, w >> 16), p.y, s);
+  return __dp4a(prmt(kMag0, kMag1, x >> 16), n.y, s);
+}
+// dot_chunk (q8.cuh), or its sign-replicating form.
+template <int SR>
+__device__ __forceinline__ int diag_dot(const uint4& w, const int4 (&x)[4]) {
+  if (!SR) return dot_chunk(w, x);
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int4 &p = x[j / 2], &n = x[2 + j / 2];
+    s = word_dot_sr(ws[j], j % 2 ? make_int2(p.z, p.w) : make_int2(p.x, p.y),
+                    j % 2 ? make_int2(n.z, n.w) : make_int2(n.x, n.y), s);
+  }
+  return s;
+}
+
+template <int MODE, int MINB = 3, int SR = 0>
+__global__ void __launch_bounds__(256, MINB)
     diag_gate_up(const ExpertPtrs* table, const int32_t* ids, const float* weights, const Q8x* xq,
                  const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early) {
   constexpr int NW = 8, R = 4, R2 = 8;
@@ -64,20 +98,21 @@ __global__ void __launch_bounds__(256, 3)
       cp_async_wait<1>();
     else
       cp_async_wait<0>();
-    uint4 q[R2];
-#pragma unroll
-    for (int r = 0; r < R2; ++r) q[r] = *at(p & 1, r);
     if (MODE == 1 || MODE == 2) {
 #pragma unroll
-      for (int r = 0; r < R2; ++r)
-        acc[r] += float((q[r].x ^ q[r].y ^ q[r].z ^ q[r].w ^ sc[r / R]) & 0xffu);
+      for (int r = 0; r < R2; ++r) {
+        const uint4 w = *at(p & 1, r);
+        acc[r] += float((w.x ^ w.y ^ w.z ^ w.w ^ sc[r / R]) & 0xffu);
+      }
     } else {
-      int is[R2];
-      dot_rows<R2>(q, reinterpret_cast<const int2*>(xq + i), is);
+      int4 xr[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
       const float d = __ldg(xd + i);
 #pragma unroll
       for (int r = 0; r < R2; ++r)
-        acc[r] += float(is[r]) * (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
+        acc[r] += float(diag_dot<SR>(*at(p & 1, r), xr)) *
+                  (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
     }
     sc[0] = sn[0], sc[1] = sn[1];
     if (i + 64 < nbi) issue(i + 64, p & 1);
@@ -88,8 +123,8 @@ __global__ void __launch_bounds__(256, 3)
   __syncthreads();
   if (warp == 0) {
     const int64_t b = int64_t(slot) * (inter / 32) + blockIdx.x;
-    const float d = quantize_warp(hs[lane], hq + b);
-    if (lane == 0) hd[b] = d * __ldcg(weights + slot);
+    const float dq = quantize_warp(hs[lane], hq + b);
+    if (lane == 0) hd[b] = dq * __ldcg(weights + slot);
   }
 }
 
@@ -163,104 +198,6 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int j = 0; j < NW; ++j) sum += red[t][j];
     out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
-  }
-}
-
-// Candidates for the next measurement (not in decode_q8.cu): the gate/up
-// kernel as shipped at 59cf098 (x's q8 block in registers), with MINB blocks
-// an SM in its launch bounds (2: up to 128 registers, perhaps room to keep the
-// magnitude table in a register, which the SASS rematerializes at 3) and, with
-// SR, the dot by sign replication: a permute whose selector nibble has bit 3
-// set replicates the chosen byte's sign bit, and the magnitudes are all below
-// 128, so prmt(table, code) gives the magnitude of a positive code and 0 of a
-// negative one, prmt(table, code ^ 8) the reverse; dp4a of the first with x's
-// codes plus dp4a of the second with their negations is the signed dot, with
-// no selector to build (one xor and two shifts a word instead of six).
-__device__ __forceinline__ int word_dot_sr(uint32_t w, int2 p, int2 n, int s) {
-  constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
-  const uint32_t x = w ^ 0x88888888u;
-  s = __dp4a(prmt(kMag0, kMag1, w), p.x, s);
-  s = __dp4a(prmt(kMag0, kMag1, x), n.x, s);
-  s = __dp4a(prmt(kMag0, kMag1, w >> 16), p.y, s);
-  return __dp4a(prmt(kMag0, kMag1, x >> 16), n.y, s);
-}
-template <int SR>
-__device__ __forceinline__ int cand_dot(const uint4& w, const int4 (&x)[4]) {
-  if (!SR) return dot_chunk(w, x);
-  int s = word_dot_sr(w.x, make_int2(x[0].x, x[0].y), make_int2(x[2].x, x[2].y), 0);
-  s = word_dot_sr(w.y, make_int2(x[0].z, x[0].w), make_int2(x[2].z, x[2].w), s);
-  s = word_dot_sr(w.z, make_int2(x[1].x, x[1].y), make_int2(x[3].x, x[3].y), s);
-  return word_dot_sr(w.w, make_int2(x[1].z, x[1].w), make_int2(x[3].z, x[3].w), s);
-}
-
-template <int MINB, int SR>
-__global__ void __launch_bounds__(256, MINB)
-    cand_gate_up(const ExpertPtrs* table, const int32_t* ids, const float* weights, const Q8x* xq,
-                 const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early) {
-  constexpr int NW = 8, R = 4, R2 = 8;
-  extern __shared__ uint4 stage[];  // [2][NW][R2][32]
-  __shared__ float hs[32];
-  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
-  const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
-  const int nbi = int(nb);
-  const uint4 *gw = nullptr, *uw = nullptr;
-  const uint8_t *gs = nullptr, *us = nullptr;
-  uint32_t sc[2] = {}, sn[2] = {};
-  auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R2 + r) * 32 + lane; };
-  auto issue = [&](int i, int b) {
-    asm("" : "+r"(i));
-#pragma unroll
-    for (int r = 0; r < R2; ++r) cp_async16(at(b, r), (r < R ? gw : uw) + (r % R) * nbi + i);
-    cp_async_commit();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* p = (h == 0 ? gs : us) + i;
-      sn[h] = 0;
-#pragma unroll
-      for (int r = 0; r < R; ++r) sn[h] |= uint32_t(__ldg(p + r * nbi)) << (8 * r);
-    }
-  };
-  auto prep = [&] {
-    const ExpertPtrs& ex = table[__ldcg(ids + slot)];
-    gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
-    uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
-    gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
-    if (lane < nbi) issue(lane, 0), sc[0] = sn[0], sc[1] = sn[1];
-    if (lane + 32 < nbi) issue(lane + 32, 1);
-  };
-  if (early) prep();
-  grid_wait();
-  grid_launch_dependents();
-  if (!early) prep();
-  float acc[R2];
-#pragma unroll
-  for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
-  int p = 0;
-#pragma unroll 1
-  for (int i = lane; i < nbi; i += 32, ++p) {
-    if (i + 32 < nbi)
-      cp_async_wait<1>();
-    else
-      cp_async_wait<0>();
-    int4 xr[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
-    const float d = __ldg(xd + i);
-#pragma unroll
-    for (int r = 0; r < R2; ++r)
-      acc[r] += float(cand_dot<SR>(*at(p & 1, r), xr)) *
-                (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
-    sc[0] = sn[0], sc[1] = sn[1];
-    if (i + 64 < nbi) issue(i + 64, p & 1);
-  }
-  const float g = warp_rows_sum<R2>(acc);
-  const float u = __shfl_down_sync(0xffffffffu, g, R);
-  if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
-  __syncthreads();
-  if (warp == 0) {
-    const int64_t b = int64_t(slot) * (inter / 32) + blockIdx.x;
-    const float dq = quantize_warp(hs[lane], hq + b);
-    if (lane == 0) hd[b] = dq * __ldcg(weights + slot);
   }
 }
 

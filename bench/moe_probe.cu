@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/decode_q8.cu"
@@ -195,104 +196,67 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
   return md / mr;
 }
 
-// Where the step's time goes (moe_diag.cuh): quantize + the gate/up kernel in
-// each mode, and the whole step with the down kernel in each mode.
+// The step's launches (moe_decode_q8's, early reads on) with any kernels of
+// moe_diag.cuh: quantize, then gate (none: stop there), then down (none: stop).
 using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
                        int64_t, int64_t, Q8x*, float*, int);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
-template <int U>
-constexpr DownK kDiagDown[4] = {diag_down<U, 0>, diag_down<U, 1>, diag_down<U, 3>, diag_down<U, 4>};
-
-void diag_arms(const Model& m, const std::function<float*(int)>& xs, void* scratch,
-               size_t scratch_b, float* out, cudaStream_t s) {
-  const Shape& sh = m.sh;
-  const GateK gates[5] = {diag_gate_up<0>, diag_gate_up<1>, diag_gate_up<2>, diag_gate_up<3>,
-                          diag_gate_up<4>};
-  for (GateK g : gates)
-    CK(cudaFuncSetAttribute(g, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
-  const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
-  const int U = int(std::min<int64_t>(passes, 4));
-  const DownK* downs = U == 1   ? kDiagDown<1>
-                       : U == 2 ? kDiagDown<2>
-                       : U == 3 ? kDiagDown<3>
-                                : kDiagDown<4>;
-  const char* gname[5] = {"as is", "loads only", "code loads only", "dot only", "frame"};
-  const char* dname[4] = {"as is", "loads only", "dot only", "frame"};
-  auto arm = [&](int gm, int dm) {  // dm -1: no down kernel
-    return Arm{"diag", [&, gm, dm](int c, float* o, void* sc, cudaStream_t st) {
-                 const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
-                 auto* xq = static_cast<Q8x*>(sc);
-                 Q8x* hq = xq + nb;
-                 auto* xd = reinterpret_cast<float*>(hq + nh);
-                 const int32_t* id = m.ids + c * sh.k;
-                 const float* w = m.weights + c * sh.k;
-                 launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
-                        kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
-                 launch(gates[gm], dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st,
-                        m.table, id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
-                 if (dm >= 0)
-                   launch(downs[dm], unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq,
-                          xd + nb, int64_t(sh.H), int64_t(sh.I), o, 0, 1);
-                 return true;
-               }};
-  };
-  for (int gm = 0; gm < 5; ++gm)
-    std::printf("  diag quantize + gate/up %-16s %8.2f us\n", gname[gm],
-                time_arm(m, arm(gm, -1), out, scratch, scratch_b, s));
-  for (int dm = 0; dm < 4; ++dm)
-    std::printf("  diag step, down %-23s %8.2f us\n", dname[dm],
-                time_arm(m, arm(0, dm), out, scratch, scratch_b, s));
-  std::printf("  diag step, gate/up and down frames   %8.2f us\n",
-              time_arm(m, arm(4, 3), out, scratch, scratch_b, s));
+Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
+  if (gate)  // the attribute moe_decode_q8 sets on its gate/up kernel
+    CK(cudaFuncSetAttribute(gate, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
+  return {name, [&m, gate, down](int c, float* o, void* sc, cudaStream_t st) {
+            const Shape& sh = m.sh;
+            const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
+            auto* xq = static_cast<Q8x*>(sc);
+            Q8x* hq = xq + nb;
+            auto* xd = reinterpret_cast<float*>(hq + nh);
+            const int32_t* id = m.ids + c * sh.k;
+            const float* w = m.weights + c * sh.k;
+            launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
+                   kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
+            if (gate)
+              launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
+                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
+            if (gate && down)
+              launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
+                     int64_t(sh.H), int64_t(sh.I), o, 0, 1);
+            return true;
+          }};
 }
 
-// The gate/up candidates of moe_diag.cuh in the whole step (the down kernel
-// as shipped), against ref: the default arm's outputs.
-void cand_arms(const Model& m, const std::function<float*(int)>& xs, void* scratch,
-               size_t scratch_b, float* out, cudaStream_t s, const std::vector<float>& ref) {
-  const Shape& sh = m.sh;
-  struct Cand {
-    const char* name;
-    GateK k;
-  };
-  const Cand cands[] = {{"cand: gate/up as shipped", cand_gate_up<3, 0>},
-                        {"cand: 2 blocks an SM", cand_gate_up<2, 0>},
-                        {"cand: sign-replicate dot", cand_gate_up<3, 1>},
-                        {"cand: both", cand_gate_up<2, 1>}};
+// The down kernel as shipped (index 0) or moe_diag.cuh's in mode 1, 3 or 4,
+// with decode_q8.cu's items per thread for the shape.
+template <int U>
+constexpr DownK kDiagDown[4] = {moe_down_q8_split_kernel<4, U>, diag_down<U, 1>, diag_down<U, 3>,
+                                diag_down<U, 4>};
+DownK diag_down_for(const Shape& sh, int mode) {
   const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
   const int U = int(std::min<int64_t>(passes, 4));
-  const DownK down = U == 1   ? kDiagDown<1>[0]
-                     : U == 2 ? kDiagDown<2>[0]
-                     : U == 3 ? kDiagDown<3>[0]
-                              : kDiagDown<4>[0];
-  for (const Cand& cd : cands) {
-    CK(cudaFuncSetAttribute(cd.k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
-    const Arm a{cd.name, [&, cd](int c, float* o, void* sc, cudaStream_t st) {
-                  const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
-                  auto* xq = static_cast<Q8x*>(sc);
-                  Q8x* hq = xq + nb;
-                  auto* xd = reinterpret_cast<float*>(hq + nh);
-                  const int32_t* id = m.ids + c * sh.k;
-                  const float* w = m.weights + c * sh.k;
-                  launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
-                         kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
-                  launch(cd.k, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st,
-                         m.table, id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
-                  launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
-                         int64_t(sh.H), int64_t(sh.I), o, 0, 1);
-                  return true;
-                }};
-    CK(cudaMemset(out, 0xff, sizeof(float) * size_t(sh.H) * kCalls));  // NaN poison
-    for (int c = 0; c < kCalls; ++c)
-      a.run(c, out + size_t(c) * sh.H, static_cast<uint8_t*>(scratch) + c * scratch_b, s);
-    CK(cudaStreamSynchronize(s));
-    std::vector<float> o(size_t(sh.H) * kCalls);
-    CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
-    const double err = max_rel(o, ref);
-    std::printf("  %-34s %8.2f us  err %.2e\n", cd.name, time_arm(m, a, out, scratch, scratch_b, s),
-                err);
-  }
+  return (U == 1   ? kDiagDown<1>
+          : U == 2 ? kDiagDown<2>
+          : U == 3 ? kDiagDown<3>
+                   : kDiagDown<4>)[mode];
+}
+
+// Where the step's time goes (moe_diag.cuh): quantize alone, quantize + the
+// gate/up kernel in each mode, and the whole step with the down kernel in
+// each mode. Their outputs are not the step's (no err).
+void diag_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s) {
+  const GateK gates[5] = {moe_gate_up_q8_kernel<8>, diag_gate_up<1>, diag_gate_up<2>,
+                          diag_gate_up<3>, diag_gate_up<4>};  // as shipped, then the modes
+  const char* gname[5] = {"as is", "loads only", "code loads only", "dot only", "frame"};
+  const char* dname[4] = {"as is", "loads only", "dot only", "frame"};
+  auto show = [&](const std::string& what, const Arm& a) {
+    std::printf("  %-38s %8.2f us\n", what.c_str(), time_arm(m, a, out, scratch, scratch_b, s));
+  };
+  show("quantize alone", diag_step(m, "", nullptr, nullptr));
+  for (int gm = 0; gm < 5; ++gm)
+    show(std::string("diag quantize + gate/up ") + gname[gm], diag_step(m, "", gates[gm], nullptr));
+  for (int dm = 0; dm < 4; ++dm)
+    show(std::string("diag step, down ") + dname[dm],
+         diag_step(m, "", gates[0], diag_down_for(m.sh, dm)));
+  show("diag step, gate/up and down frames", diag_step(m, "", gates[4], diag_down_for(m.sh, 3)));
 }
 
 void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
@@ -335,30 +299,12 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                       set_moe_q8_kernels({});
                       return ok;
                     }});
-  // The step's first kernels alone (quantize; quantize and gate/up), to see
-  // what each costs in the chain; their output is not the step's (no err).
-  for (int upto = 1; upto <= 2; ++upto) {
-    Arm a{upto == 1 ? "quantize alone" : "quantize + gate/up",
-          [&, upto](int c, float*, void* sc, cudaStream_t st) {
-            const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
-            auto* xq = static_cast<Q8x*>(sc);
-            Q8x* hq = xq + nb;
-            auto* xd = reinterpret_cast<float*>(hq + nh);
-            launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
-                   kQuantThreads, 0, st, xs(c), nb, nullptr, 0.0f, xq, xd, 1);
-            if (upto == 2)
-              launch(moe_gate_up_q8_kernel<8>, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u,
-                     kGateSmem, st, m.table, ids(c), wts(c), xq, xd, int64_t(sh.H), int64_t(sh.I),
-                     hq, xd + nb, 1);
-            return true;
-          }};
-    if (upto == 2)  // the attribute moe_decode_q8 sets on its first call
-      CK(cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(kGateSmem)));
-    const double us = time_arm(m, a, out, scratch, scratch_b, s);
-    std::printf("  %-34s %8.2f us\n", a.name, us);
-  }
-  diag_arms(m, xs, scratch, scratch_b, out, s);
+  // moe_diag.cuh's gate/up candidates in the whole step (the down kernel as shipped).
+  const DownK down0 = diag_down_for(sh, 0);
+  arms.push_back(diag_step(m, "cand: gate/up 2 blocks an SM", diag_gate_up<0, 2, 0>, down0));
+  arms.push_back(diag_step(m, "cand: sign-replicate dot", diag_gate_up<0, 3, 1>, down0));
+  arms.push_back(diag_step(m, "cand: both", diag_gate_up<0, 2, 1>, down0));
+  diag_arms(m, scratch, scratch_b, out, s);
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);
@@ -394,7 +340,6 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     std::printf("  %-34s %8.2f us %7.0f GB/s  %5.1f%% of copy  err %.2e\n", a.name, us,
                 m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs, err);
   }
-  cand_arms(m, xs, scratch, scratch_b, out, s, ref);
   // Experts in pinned host memory (the mapped host tier): call 0's k experts.
   {
     std::vector<ExpertPtrs> ht = m.host_table;
