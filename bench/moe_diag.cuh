@@ -8,7 +8,7 @@
 // outputs of modes 1-4 are meaningless. Gate/up candidates (mode 0, not in decode_q8.cu): MINB
 // blocks an SM in the launch bounds (2: up to 128 registers, perhaps room to keep the magnitude
 // table in a register, which the SASS rematerializes at 3) and SR, the dot by
-// sign replication (word_dot_sr). The figures of
+// sign replication (1: word_dot_sr; 2: word_dot_pm). Down candidate: PM (word_dot_pm). The figures of
 // bench/results/h200-moe-step-diagnosis.json came from the copies as at
 // 5481ac7 (dc8d8b9), before x was held in registers.
 #pragma once
@@ -29,10 +29,48 @@ __device__ __forceinline__ int word_dot_sr(uint32_t w, int2 p, int2 n, int s) {
   s = __dp4a(prmt(kMag0, kMag1, w >> 16), p.y, s);
   return __dp4a(prmt(kMag0, kMag1, x >> 16), n.y, s);
 }
-// dot_chunk (q8.cuh), or its sign-replicating form.
+// The dot without x's negations: with pos = prmt(table, code) (the magnitude
+// of a positive code, 0 of a negative one, by sign replication as above) and
+// mag = prmt(table, code & 7), the signed dot is 2 pos.x - mag.x. Per word 4
+// permutes, one and, two shifts (7 ALU-pipe instructions, against 10 for
+// word_dot) and 4 dp4a (FMA pipe). s.x sums pos.x, s.y mag.x.
+__device__ __forceinline__ int2 word_dot_pm(uint32_t w, int2 p, int2 s) {
+  constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
+  const uint32_t m = w & 0x77777777u;
+  s.x = __dp4a(prmt(kMag0, kMag1, w), p.x, s.x);
+  s.y = __dp4a(prmt(kMag0, kMag1, m), p.x, s.y);
+  s.x = __dp4a(prmt(kMag0, kMag1, w >> 16), p.y, s.x);
+  s.y = __dp4a(prmt(kMag0, kMag1, m >> 16), p.y, s.y);
+  return s;
+}
+// dot_rows (q8.cuh) by word_dot_pm: only x's codes are read.
+template <int R>
+__device__ __forceinline__ void dot_rows_pm(const uint4 (&q)[R], const int2* xv, int (&is)[R]) {
+  int2 s[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) s[r] = make_int2(0, 0);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int2 p = __ldg(xv + j);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      s[r] = word_dot_pm(j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w, p, s[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) is[r] = 2 * s[r].x - s[r].y;
+}
+// dot_chunk (q8.cuh) (SR 0), its sign-replicating form (1) or word_dot_pm's (2).
 template <int SR>
 __device__ __forceinline__ int diag_dot(const uint4& w, const int4 (&x)[4]) {
   if (!SR) return dot_chunk(w, x);
+  if (SR == 2) {
+    int2 s = make_int2(0, 0);
+    s = word_dot_pm(w.x, make_int2(x[0].x, x[0].y), s);
+    s = word_dot_pm(w.y, make_int2(x[0].z, x[0].w), s);
+    s = word_dot_pm(w.z, make_int2(x[1].x, x[1].y), s);
+    s = word_dot_pm(w.w, make_int2(x[1].z, x[1].w), s);
+    return 2 * s.x - s.y;
+  }
   const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
   int s = 0;
 #pragma unroll
@@ -128,7 +166,7 @@ __global__ void __launch_bounds__(256, MINB)
   }
 }
 
-template <int U, int MODE>
+template <int U, int MODE, int PM = 0>
 __global__ void __launch_bounds__(128)
     diag_down(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
               const Q8x* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
@@ -183,7 +221,10 @@ __global__ void __launch_bounds__(128)
       } else {
         const float d = __ldg(hd + hb);
         int is[R];
-        dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
+        if (PM)
+          dot_rows_pm<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
+        else
+          dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
       }
