@@ -239,17 +239,6 @@ DownK diag_down_for(const Shape& sh, int mode) {
                    : kDiagDown<4>)[mode];
 }
 
-// moe_diag.cuh's down kernel with the pos-minus-mag dot (its mode 0, PM 1).
-template <int PM>
-DownK diag_down_pm_for(const Shape& sh) {
-  const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
-  const int U = int(std::min<int64_t>(passes, 4));
-  return U == 1   ? diag_down<1, 0, PM>
-         : U == 2 ? diag_down<2, 0, PM>
-         : U == 3 ? diag_down<3, 0, PM>
-                  : diag_down<4, 0, PM>;
-}
-
 // Where the step's time goes (moe_diag.cuh): quantize alone, quantize + the
 // gate/up kernel in each mode, and the whole step with the down kernel in
 // each mode. Their outputs are not the step's (no err).
@@ -310,22 +299,6 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                       set_moe_q8_kernels({});
                       return ok;
                     }});
-  // moe_diag.cuh's gate/up candidates in the whole step (the down kernel as shipped).
-  const DownK down0 = diag_down_for(sh, 0);
-  arms.push_back(diag_step(m, "cand: gate/up 2 blocks an SM", diag_gate_up<0, 2, 0>, down0));
-  arms.push_back(diag_step(m, "cand: sign-replicate dot", diag_gate_up<0, 3, 1>, down0));
-  arms.push_back(diag_step(m, "cand: both", diag_gate_up<0, 2, 1>, down0));
-  const DownK down_pm = diag_down_pm_for<1>(sh), down_pmt = diag_down_pm_for<2>(sh);
-  arms.push_back(diag_step(m, "cand: pos-minus-mag gate/up", diag_gate_up<0, 3, 2>, down0));
-  arms.push_back(diag_step(m, "cand: pos-minus-mag down", moe_gate_up_q8_kernel<8>, down_pm));
-  arms.push_back(diag_step(m, "cand: pos-minus-mag both", diag_gate_up<0, 3, 2>, down_pm));
-  arms.push_back(
-      diag_step(m, "cand: pm, table in memory, down", moe_gate_up_q8_kernel<8>, down_pmt));
-  arms.push_back(diag_step(m, "cand: pm, table in memory, both", diag_gate_up<0, 3, 3>, down_pmt));
-  arms.push_back(diag_step(m, "cand: gate/up 2 passes a chunk", diag_gate_up<0, 3, 0, 2>, down_pm));
-  arms.push_back(diag_step(m, "cand: gate/up 2 passes, pm", diag_gate_up<0, 3, 2, 2>, down_pm));
-  arms.push_back(
-      diag_step(m, "cand: gate/up 2 passes, pm table", diag_gate_up<0, 3, 3, 2>, down_pmt));
   diag_arms(m, scratch, scratch_b, out, s);
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,

@@ -29,7 +29,7 @@
 #   bins probe skipds4                               the MoE kernels alone; each op's cost, DeepSeek shapes
 #   bins test skipds4 q30 ahead30                    decode steps launched ahead and not (ARMS="none env:MOETIER_DECODE_AHEAD=0")
 #   bins probe ds4 q30 res30 test                    the MoE kernels alone, then both models all resident
-#   bins probe sass                                  the MoE kernels and moe_diag.cuh's gate/up candidates, their SASS
+#   bins probe sass                                  the MoE kernels alone, and their SASS
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -70,7 +70,7 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
 step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) and their instruction counts
   local p=.carry/probe/moe_probe
   [ -x $p ] || p=/tmp/moe_probe
-  for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8 split_kernelILi4ELi3 diag_gate_upILi0ELi2ELi0E diag_gate_upILi0ELi3ELi1E diag_gate_upILi0ELi3ELi2ELi1E diag_gate_upILi0ELi3ELi3ELi1E diag_gate_upILi0ELi3ELi2ELi2E diag_downILi3ELi0ELi1E diag_downILi3ELi0ELi2E}; do
+  for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8 split_kernelILi4ELi3 split_kernelILi4ELi2}; do
     local f; f=$(cuobjdump -symbols $p 2>/dev/null | grep -o "_Z[A-Za-z0-9_]*$k[A-Za-z0-9_]*" | head -1)
     [ -n "$f" ] || { echo "sass: no kernel $k"; continue; }
     cuobjdump -sass -fun "$f" $p >"$OUT/sass-$k.txt" 2>&1

@@ -14,17 +14,16 @@
 //    squares of all of x), so no norm launch precedes the step;
 //  - gate/up: a block of 8 warps (or 16 of 2 rows) owns 32 rows of h of one
 //    selected expert, a warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
-//    chunk of each per pass; h = silu(gate x) * up x is quantized as one q8
+//    chunk of each, read in two passes; h = silu(gate x) * up x is quantized as one q8
 //    block, its scale times the expert's routing weight;
 //  - down: a block of 128 threads owns 4 output rows (set_moe_q8_kernels:
 //    2, or the older kernel, a warp per 2 rows) and runs one dot product over
 //    the (expert, chunk) items of the k experts in ascending id order, split
 //    over its threads and added in a fixed order; with Q8Fuse::accumulate it
 //    adds them to out (the residual add: out is x).
-// A q8 block is 64 bytes: its 32 int8 codes, then their 32 negations, so that
-// one byte permute gives the activations with the weights' signs applied
-// (e2m1 sign-magnitude: the magnitudes come from a second permute), 11
-// instructions per 8 weights.
+// A q8 block is its 32 int8 codes (32 bytes); the dot with 8 e2m1 codes
+// takes 4 byte permutes and 4 dp4a (q8.cuh's word_dot: twice the dot of the
+// positive codes' magnitudes less the dot of all magnitudes).
 //
 // Early reads (the `early` flag, set by CudaBackend::route_moe_resident and
 // route_moe_resident_add, which launch router -> quantize -> gate/up -> down
@@ -112,39 +111,44 @@ __global__ void __launch_bounds__(kQuantThreads)
 }
 
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
-// scales times the slot's routing weight. Pass p: chunk lane + 32 p of the
-// warp's 8 rows, copied to shared memory slot p & 1 (cp.async, each lane its
-// own 16-byte chunks) while pass p - 1 is computed. The slot of pass p is
-// refilled with pass p + 2 after the lane's shared loads of pass p (the only
-// reads of it) are issued, which the asm's memory clobber keeps in program
-// order; the copy writes the slot only after its global read returns. x's q8
-// block of the pass is read into registers once (4 x 16 bytes) and each row's
-// chunk from shared memory in turn.
-// NW warps of R rows each (NW x R = 32). Dynamic shared memory: kGateSmem.
-constexpr size_t kGateSmem = size_t(2) * 32 * 2 * 32 * sizeof(uint4);
+// scales times the slot's routing weight. NW warps of R rows each (NW x R =
+// 32): 2R weight rows a warp (R of gate, R of up), a lane one 32-column chunk
+// i = lane + 32 c of each. Each chunk is read in two passes (c, h) of R rows,
+// gate's (h = 0) then up's (h = 1), each copied to its own shared memory slot
+// 2 (c & 1) + h (cp.async, each lane its own 16-byte chunks), so that up to
+// three passes are in flight while one is computed. Passes are issued in
+// order (c, h) and the slot of (c, h) is refilled with (c + 2, h) after the
+// lane's shared loads of (c, h) (the only reads of it) are issued, which the
+// asm's memory clobber keeps in program order; the copy writes the slot only
+// after its global read returns. x's codes of chunk i are read into registers
+// once (2 x 16 bytes), the chunk's scales one chunk ahead.
+// Dynamic shared memory: kGateSmem.
+constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
 template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
                           float* hd, int early) {
-  constexpr int R = 32 / NW, R2 = 2 * R, kGateWarps = NW;
-  extern __shared__ uint4 stage[];  // [2][NW][R2][32]
+  constexpr int R = 32 / NW, R2 = 2 * R;
+  extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
   const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
-  uint32_t sc[2] = {},
-           sn[2] = {};  // e8m0 scales of passes p, p + 1: gate rows, up rows (4 per word)
-  auto at = [&](int b, int r) { return stage + ((b * kGateWarps + warp) * R2 + r) * 32 + lane; };
-  auto issue = [&](int i, int b) {  // the pass of chunk i -> slot b, its scales -> sn
-    asm("" : "+r"(i));              // addresses from the 4 bases each pass: no 16 hoisted pointers
+  uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
+  auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
+  auto issue = [&](int i, int b, int h) {  // gate (h 0) or up (1) rows of chunk i -> slot b
+    asm("" : "+r"(i));  // addresses from the bases each pass: no hoisted pointers
+    const uint4* w = h == 0 ? gw : uw;
 #pragma unroll
-    for (int r = 0; r < R2; ++r) cp_async16(at(b, r), (r < R ? gw : uw) + (r % R) * nbi + i);
+    for (int r = 0; r < R; ++r) cp_async16(at(b, r), w + r * nbi + i);
     cp_async_commit();
+  };
+  auto scales = [&](int i) {  // of chunk i -> sn
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // the warp's R rows only (R = 2: rows past inter unread)
+    for (int h = 0; h < 2; ++h) {
       const uint8_t* p = (h == 0 ? gs : us) + i;
       sn[h] = 0;
 #pragma unroll
@@ -156,8 +160,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
-    if (lane < nbi) issue(lane, 0), sc[0] = sn[0], sc[1] = sn[1];
-    if (lane + 32 < nbi) issue(lane + 32, 1);
+#pragma unroll
+    for (int c = 0; c < 2; ++c)  // (0, 0), (0, 1), (1, 0), (1, 1)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (lane + 32 * c < nbi) issue(lane + 32 * c, 2 * c + h, h);
+    if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
   if (early) prep();  // ids and weights: two launches back
   grid_wait();        // xq comes from the kernel before
@@ -166,23 +174,35 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
-  int p = 0;
+  int c = 0;
 #pragma unroll 1
-  for (int i = lane; i < nbi; i += 32, ++p) {
-    if (i + 32 < nbi)
-      cp_async_wait<1>();  // pass p has landed; pass p + 1 may still be in flight
-    else
-      cp_async_wait<0>();
-    int4 xr[4];  // x's q8 block in registers, each row's chunk read from shared memory in turn
+  for (int i = lane; i < nbi; i += 32, ++c) {
+    const bool more = i + 32 < nbi, refill = i + 64 < nbi;
+    if (more) scales(i + 32);
+    int4 xr[2];  // x's codes of chunk i
 #pragma unroll
-    for (int j = 0; j < 4; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
+    for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
     const float d = __ldg(xd + i);
 #pragma unroll
-    for (int r = 0; r < R2; ++r)
-      acc[r] += float(dot_chunk(*at(p & 1, r), xr)) *
-                (e8m0_half((sc[r / R] >> (8 * (r % R))) & 0xffu) * d);
+    for (int h = 0; h < 2; ++h) {
+      // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
+      const int after = 1 - h + (more ? 2 : 0) + (refill ? h : 0);
+      if (after >= 3)
+        cp_async_wait<3>();
+      else if (after == 2)
+        cp_async_wait<2>();
+      else if (after == 1)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
+      const int b = 2 * (c & 1) + h;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        acc[h * R + r] +=
+            float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
+      if (refill) issue(i + 64, b, h);
+    }
     sc[0] = sn[0], sc[1] = sn[1];
-    if (i + 64 < nbi) issue(i + 64, p & 1);
   }
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
   const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
