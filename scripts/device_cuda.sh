@@ -27,6 +27,7 @@
 #   bins test q30 stage30                            the host-tier arm with next-layer staging and without
 #   bins test q30 admit30                            the host-tier arm with admission windows
 #   bins probe skipds4                               the MoE kernels alone; each op's cost, DeepSeek shapes
+#   bins skipds4 ncu                                 each op's cost, DeepSeek shapes, and (NCU_MODEL=/tmp/ds4) its kernels under ncu
 #   bins test skipds4 q30 ahead30                    decode steps launched ahead and not (ARMS="none env:MOETIER_DECODE_AHEAD=0")
 #   bins probe ds4 q30 res30 test                    the MoE kernels alone, then both models all resident
 #   bins probe sass                                  the MoE kernels alone, and their SASS
@@ -416,9 +417,9 @@ skip_arms() {  # model dir, prompt tokens, generated tokens
     done
   done
 }
-step_ncu() {  # GPU time of each kernel of a few decode steps (8-layer model, graphs on)
-  local q=/tmp/q30-8
-  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+step_ncu() {  # GPU time of each kernel of a few decode steps (8-layer model or $NCU_MODEL, graphs on)
+  local q=${NCU_MODEL:-/tmp/q30-8}
+  [ -f $q/config.json ] || [ -n "${NCU_MODEL:-}" ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
     --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
   timeout 300 /usr/local/cuda/bin/ncu --launch-skip ${NCU_SKIP:-3000} --launch-count ${NCU_COUNT:-90} \
     ${NCU_FLAGS:-} \

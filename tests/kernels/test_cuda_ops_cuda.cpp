@@ -650,6 +650,8 @@ TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
   ActMode act("q8");
   for (const auto& [var, value] :
        std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN", "2"},
+                                                        {"MOETIER_CUDA_MOE_DOWN", "2s"},
+                                                        {"MOETIER_CUDA_MOE_DOWN", "4s"},
                                                         {"MOETIER_CUDA_MOE_DOWN", "warp"},
                                                         {"MOETIER_CUDA_MOE_GATE", "16"},
                                                         {"MOETIER_CUDA_MOE_DOWN", "4"},

@@ -241,8 +241,9 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 // (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows
 // (default 4: bench/moe_probe.cu, docs/cuda.md).
 struct MoeQ8Kernels {
-  int gate_warps = 8;  // 8 | 16
-  int down_rows = 4;   // 0 | 2 | 4
+  int gate_warps = 8;       // 8 | 16
+  int down_rows = 4;        // 0 | 2 | 4
+  bool down_stage = false;  // the split down kernel's weights staged in shared memory
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 
