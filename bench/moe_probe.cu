@@ -228,8 +228,8 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
 // The down kernel as shipped (index 0) or moe_diag.cuh's in mode 1, 3 or 4,
 // with decode_q8.cu's items per thread for the shape.
 template <int U>
-constexpr DownK kDiagDown[4] = {moe_down_q8_split_kernel<4, U, false>, diag_down<U, 1>,
-                                diag_down<U, 3>, diag_down<U, 4>};
+constexpr DownK kDiagDown[4] = {moe_down_q8_split_kernel<4, U>, diag_down<U, 1>, diag_down<U, 3>,
+                                diag_down<U, 4>};
 DownK diag_down_for(const Shape& sh, int mode) {
   const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
   const int U = int(std::min<int64_t>(passes, 4));
@@ -288,16 +288,8 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     k.gate_warps = gate, k.down_rows = rows;
     return k;
   };
-  auto staged = [](int rows) {
-    MoeQ8Kernels k;
-    k.down_rows = rows, k.down_stage = true;
-    return k;
-  };
-  const Variant kVariants[] = {{"down warp", kern(8, 0)},
-                               {"down split 2 rows", kern(8, 2)},
-                               {"gate 16 warps", kern(16, 4)},
-                               {"down split 4 rows, staged in smem", staged(4)},
-                               {"down split 2 rows, staged in smem", staged(2)}};
+  const Variant kVariants[] = {
+      {"down warp", kern(8, 0)}, {"down split 2 rows", kern(8, 2)}, {"gate 16 warps", kern(16, 4)}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);

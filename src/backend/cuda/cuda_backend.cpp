@@ -98,8 +98,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
   act_q8_ = !act || std::string(act) == "q8";
   // The q8 MoE kernels' variants (A/B; cuda::MoeQ8Kernels): MOETIER_CUDA_MOE_GATE=8 (default) |
-  // 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 (default) | 2s | 4s: the down
-  // kernel, a warp per 2 rows or blocks splitting 2 or 4 rows (s: weights staged in shared memory).
+  // 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 (default): the down kernel, a
+  // warp per 2 rows or blocks splitting 2 or 4 rows.
   cuda::MoeQ8Kernels mk;
   auto choice = [](const char* var, std::initializer_list<const char*> ok) -> std::string {
     const char* v = std::getenv(var);
@@ -113,8 +113,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   };
   if (auto v = choice("MOETIER_CUDA_MOE_GATE", {"8", "16"}); !v.empty())
     mk.gate_warps = std::stoi(v);
-  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4", "2s", "4s"}); !v.empty())
-    mk.down_rows = v == "warp" ? 0 : std::stoi(v), mk.down_stage = v.back() == 's';
+  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4"}); !v.empty())
+    mk.down_rows = v == "warp" ? 0 : std::stoi(v);
   cuda::set_moe_q8_kernels(mk);
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).
@@ -139,6 +139,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           "MOETIER_CUDA_GEMV_BLOCK_ROWS={}: expected 1, 2, 4 or 8", v);
     cuda::set_gemv_block_rows(std::stoi(v));
   }
+  if (auto v = choice("MOETIER_CUDA_ROUTER_ROWS", {"1", "2", "4"}); !v.empty())  // A/B
+    cuda::set_router_rows(std::stoi(v));
+  else
+    cuda::set_router_rows(1);
   if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
     const std::string v = qr;
     check(v == "1" || v == "2" || v == "4" || v == "8",

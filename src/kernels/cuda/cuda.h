@@ -211,6 +211,8 @@ void set_gemv_warp_rows(int64_t rows);
 // Rows per block of the block GEMV: 1, 2, 4 or 8 (0: 4 from 4096 rows in all, 2
 // from 2048, else 1).
 void set_gemv_block_rows(int rows);
+// Rows per block of the fused router (router_topk): 1 (default), 2 or 4 (A/B).
+void set_router_rows(int rows);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);
@@ -241,9 +243,8 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 // (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows
 // (default 4: bench/moe_probe.cu, docs/cuda.md).
 struct MoeQ8Kernels {
-  int gate_warps = 8;       // 8 | 16
-  int down_rows = 4;        // 0 | 2 | 4
-  bool down_stage = false;  // the split down kernel's weights staged in shared memory
+  int gate_warps = 8;  // 8 | 16
+  int down_rows = 4;   // 0 | 2 | 4
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 

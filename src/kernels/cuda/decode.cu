@@ -24,7 +24,8 @@ namespace {
 constexpr int kWarps = 4;  // warps per block
 constexpr int kRows = 2;   // weight rows per warp
 int64_t g_warp_rows = 32768;
-int g_block_rows = 0;  // 0: the rule of gemv_warps
+int g_block_rows = 0;   // 0: the rule of gemv_warps
+int g_router_rows = 1;  // rows per block of router_topk_kernel: 1, 2 or 4
 
 int64_t blocks_of(const GemvMulti& g, int64_t per) {
   int64_t n = 0;
@@ -110,28 +111,30 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-// The router of one token: logits [e] = w x (a block per row), then the last
-// block to finish (counted in *done, which it resets to 0) runs the softmax
-// top-k on all e logits (probs may alias nothing but itself: logits go to probs).
-// NORM: the logits of rmsnorm(x, nw, eps).
-template <int ENC, int V, bool NORM>
+// The router of one token: logits [e] = w x (a block per R rows), then the
+// last block to finish (counted in *done, which it resets to 0) runs the
+// softmax top-k on all e logits (probs may alias nothing but itself: logits go
+// to probs). NORM: the logits of rmsnorm(x, nw, eps).
+template <int ENC, int V, bool NORM, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
                        const float* nw, float eps, int64_t k, int renorm, float* probs,
                        int32_t* ids, float* weights, unsigned* done, float* xcopy) {
   __shared__ float lut[16];
-  __shared__ float red[NORM ? 2 : 1][kMaxThreads / 32];
+  __shared__ float red[R + (NORM ? 1 : 0)][kMaxThreads / 32];
   __shared__ bool last;
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
-  const float t = block_rows_dot<ENC, 1, NORM>(w, sc, e, blockIdx.x, cols, x, lut, red, nw, eps);
+  const int64_t row0 = int64_t(blockIdx.x) * R;
+  const float t = block_rows_dot<ENC, R, NORM>(w, sc, e, row0, cols, x, lut, red, nw, eps);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
-  if (threadIdx.x == 0) {
-    probs[blockIdx.x] = t;
+  if (threadIdx.x < R && row0 + threadIdx.x < e) {
+    probs[row0 + threadIdx.x] = t;
     __threadfence();  // the logit is visible before the count says so
-    last = atomicAdd(done, 1u) == gridDim.x - 1;
   }
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
@@ -436,18 +439,22 @@ template <int ENC, bool NORM>
 void router_launch(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
                    bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done,
                    float* xc, cudaStream_t s) {
+  using K = void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const float*, const float*,
+                     float, int64_t, int, float*, int32_t*, float*, unsigned*, float*);
+  static constexpr K kK[3][3] = {
+      // [V: 4, 8, 32][R: 1, 2, 4]
+      {router_topk_kernel<ENC, 4, NORM, 1>, router_topk_kernel<ENC, 4, NORM, 2>,
+       router_topk_kernel<ENC, 4, NORM, 4>},
+      {router_topk_kernel<ENC, 8, NORM, 1>, router_topk_kernel<ENC, 8, NORM, 2>,
+       router_topk_kernel<ENC, 8, NORM, 4>},
+      {router_topk_kernel<ENC, 32, NORM, 1>, router_topk_kernel<ENC, 32, NORM, 2>,
+       router_topk_kernel<ENC, 32, NORM, 4>}};
   const auto* wp = static_cast<const uint8_t*>(w.data);
-  const unsigned g = unsigned(w.rows), t = threads_for(w.cols / Chunk<ENC>::kCols);
-  const int r = renorm ? 1 : 0;
-  if (w.rows <= 128)
-    launch(router_topk_kernel<ENC, 4, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
-           k, r, probs, ids, weights, done, xc);
-  else if (w.rows <= 256)
-    launch(router_topk_kernel<ENC, 8, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
-           k, r, probs, ids, weights, done, xc);
-  else
-    launch(router_topk_kernel<ENC, 32, NORM>, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps,
-           k, r, probs, ids, weights, done, xc);
+  const int R = g_router_rows;
+  const unsigned g = unsigned((w.rows + R - 1) / R), t = threads_for(w.cols / Chunk<ENC>::kCols);
+  const K kern = kK[w.rows <= 128 ? 0 : w.rows <= 256 ? 1 : 2][R == 4 ? 2 : R == 2 ? 1 : 0];
+  launch(kern, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps, k, renorm ? 1 : 0, probs, ids,
+         weights, done, xc);
 }
 
 template <int ENC>
@@ -483,6 +490,7 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
 
 void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
 void set_gemv_block_rows(int rows) { g_block_rows = rows; }
+void set_router_rows(int rows) { g_router_rows = rows == 4 || rows == 2 ? rows : 1; }
 
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows <= 0) return false;

@@ -73,19 +73,6 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// cp_async_wait<n> for n in [0, 3] known only at run time (or in an unrolled
-// loop): all of this thread's groups but the newest n.
-__device__ __forceinline__ void cp_async_wait_n(int n) {
-  if (n >= 3)
-    cp_async_wait<3>();
-  else if (n == 2)
-    cp_async_wait<2>();
-  else if (n == 1)
-    cp_async_wait<1>();
-  else
-    cp_async_wait<0>();
-}
-
 // Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb]. nw: x is first replaced by
 // rmsnorm(x, nw, eps) = nw * (x * r), r computed as the norm kernels compute
 // it (a double sum of squares; every block sums all of x).
@@ -199,7 +186,15 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
-      cp_async_wait_n(1 - h + (more ? 2 : 0) + (refill ? h : 0));
+      const int after = 1 - h + (more ? 2 : 0) + (refill ? h : 0);
+      if (after >= 3)
+        cp_async_wait<3>();
+      else if (after == 2)
+        cp_async_wait<2>();
+      else if (after == 1)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
       const int b = 2 * (c & 1) + h;
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -284,11 +279,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 // items t + kSplitThreads u (U per pass, all of a pass loaded before any is
 // used); the warps' partial sums are added in warp order. More warps in
 // flight than the warp kernel (a warp per 2 rows) where hidden is small.
-// STAGE: a pass's weight chunks go to shared memory by cp.async (one group per
-// item u, waited for just before item u is used; each thread reads only its
-// own chunks, so no barrier), not to registers: fewer registers, more blocks
-// an SM. Dynamic shared memory (STAGE): U R kSplitThreads 16 bytes.
-template <int R, int U, bool STAGE>
+template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
@@ -296,13 +287,12 @@ __global__ void __launch_bounds__(kSplitThreads)
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[R][NW];
-  extern __shared__ uint4 wst[];  // STAGE: [U][R][NT] weight chunks of the pass
   const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
   const int64_t row0 = int64_t(blockIdx.x) * R;
   const int nch = int(inter / 32), items = k * nch;
   const int step_e = NT / nch, step_i = NT % nch;
   int e = t / nch, i = t % nch;  // this thread's next item
-  uint4 q[STAGE ? 1 : U][R];
+  uint4 q[U][R];
   uint32_t s[U][R];
   int ie[U], ii[U];
   auto load = [&](int base) {  // items base + t + NT u, u < U
@@ -313,14 +303,9 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int64_t row = row0 + r < hidden ? row0 + r : row0;
-          const uint4* src = reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i;
-          if constexpr (STAGE)
-            cp_async16(wst + (u * R + r) * NT + t, src);
-          else
-            q[STAGE ? 0 : u][r] = __ldg(src);
+          q[u][r] = __ldg(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
           s[u][r] = __ldg(rk.s[e] + row * nch + i);
         }
-      if constexpr (STAGE) cp_async_commit();  // a group per u, empty past the items
       i += step_i, e += step_e;
       while (i >= nch) i -= nch, ++e;
     }
@@ -336,19 +321,10 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (base + t + NT * u >= items) break;
-      uint4 w[R];
-      if constexpr (STAGE) {
-        cp_async_wait_n(U - 1 - u);  // item u's group has landed
-#pragma unroll
-        for (int r = 0; r < R; ++r) w[r] = wst[(u * R + r) * NT + t];
-      } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) w[r] = q[STAGE ? 0 : u][r];
-      }
       const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
       const float d = __ldg(hd + hb);
       int is[R];
-      dot_rows<R>(w, reinterpret_cast<const int2*>(hq + hb), is);
+      dot_rows<R>(q[u], reinterpret_cast<const int2*>(hq + hb), is);
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[u][r]) * d);
     }
@@ -413,19 +389,13 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                         const float*, int64_t, int64_t, float*, int, int);
-  static constexpr Down kDown[2][2][4] = {
-      {{moe_down_q8_split_kernel<2, 1, false>, moe_down_q8_split_kernel<2, 2, false>,
-        moe_down_q8_split_kernel<2, 3, false>, moe_down_q8_split_kernel<2, 4, false>},
-       {moe_down_q8_split_kernel<4, 1, false>, moe_down_q8_split_kernel<4, 2, false>,
-        moe_down_q8_split_kernel<4, 3, false>, moe_down_q8_split_kernel<4, 4, false>}},
-      {{moe_down_q8_split_kernel<2, 1, true>, moe_down_q8_split_kernel<2, 2, true>,
-        moe_down_q8_split_kernel<2, 3, true>, moe_down_q8_split_kernel<2, 4, true>},
-       {moe_down_q8_split_kernel<4, 1, true>, moe_down_q8_split_kernel<4, 2, true>,
-        moe_down_q8_split_kernel<4, 3, true>, moe_down_q8_split_kernel<4, 4, true>}}};
-  const bool st = g_kernels.down_stage;
-  const size_t smem = st ? size_t(U) * R * kSplitThreads * sizeof(uint4) : 0;  // <= 32 KB
-  launch(kDown[st ? 1 : 0][R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads,
-         smem, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
+  static constexpr Down kDown[2][4] = {
+      {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
+       moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
+      {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
+       moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
+  launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
 }
 
