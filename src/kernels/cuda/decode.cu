@@ -25,7 +25,7 @@ constexpr int kWarps = 4;  // warps per block
 constexpr int kRows = 2;   // weight rows per warp
 int64_t g_warp_rows = 32768;
 int g_block_rows = 0;   // 0: the rule of gemv_warps
-int g_router_rows = 1;  // rows per block of router_topk_kernel: 1, 2 or 4
+int g_router_rows = 2;  // rows per block of router_topk_kernel: 1, 2 or 4 (set_router_rows)
 
 int64_t blocks_of(const GemvMulti& g, int64_t per) {
   int64_t n = 0;
