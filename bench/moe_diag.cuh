@@ -1,5 +1,5 @@
 // Diagnostic copies of decode_q8.cu's gate/up kernel (8 warps, as shipped at
-// the commit that brought in the two-pass gate/up and the pos-minus-mag dot)
+// f078181: the two-pass gate/up and the pos-minus-mag dot)
 // and split down kernel (4 rows), for moe_probe only: where the MoE step's
 // time goes. MODE 0: the kernel as it is (moe_probe times the shipped one);
 // 1: the weight loads, no dot (the words xor-ed); 2: as 1 without the scale
