@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(256, 3)
   grid_wait();
   grid_launch_dependents();
   if (!early) prep();
+  const uint32_t k16 = HI ? g_hi16 : 0u;  // once, before the loop
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -95,7 +96,6 @@ __global__ void __launch_bounds__(256, 3)
   for (int i = lane; MODE != 4 && i < nbi; i += 32, ++c) {
     const bool more = i + 32 < nbi, refill = i + 64 < nbi;
     if (more) scales(i + 32);
-    const uint32_t k16 = HI ? g_hi16 : 0u;
     int4 xr[2] = {};
     float d = 0.0f;
     if (MODE != 1 && MODE != 2) {
@@ -105,15 +105,7 @@ __global__ void __launch_bounds__(256, 3)
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int after = 1 - h + (more ? 2 : 0) + (refill ? h : 0);
-      if (after >= 3)
-        cp_async_wait<3>();
-      else if (after == 2)
-        cp_async_wait<2>();
-      else if (after == 1)
-        cp_async_wait<1>();
-      else
-        cp_async_wait<0>();
+      cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
       const int b = 2 * (c & 1) + h;
 #pragma unroll
       for (int r = 0; r < R; ++r) {

@@ -419,7 +419,8 @@ skip_arms() {  # model dir, prompt tokens, generated tokens
 }
 step_ncu() {  # GPU time of each kernel of a few decode steps (8-layer model or $NCU_MODEL, graphs on)
   local q=${NCU_MODEL:-/tmp/q30-8}
-  [ -f $q/config.json ] || [ -n "${NCU_MODEL:-}" ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+  if [ -n "${NCU_MODEL:-}" ] && [ ! -f $q/config.json ]; then echo "ncu: no model at $q (NCU_MODEL)"; return 1; fi
+  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
     --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
   timeout 300 /usr/local/cuda/bin/ncu --launch-skip ${NCU_SKIP:-3000} --launch-count ${NCU_COUNT:-90} \
     ${NCU_FLAGS:-} \

@@ -332,7 +332,9 @@ void fused_router_cases() {
                        Case{WeightEncoding::MXFP4, 256, 96, 6, 1, true},
                        Case{WeightEncoding::F32, 300, 36, 5, 1, true},
                        Case{WeightEncoding::BF16, 1000, 64, 3, 1, true},
-                       Case{WeightEncoding::BF16, 61, 70, 4, 1, true},
+                       Case{WeightEncoding::BF16, 60, 70, 4, 1, true},
+                       Case{WeightEncoding::BF16, 61, 72, 4, 1, true},
+                       Case{WeightEncoding::MXFP4, 63, 96, 5, 1, true},
                        Case{WeightEncoding::MXFP4, 254, 96, 6, 1, true},
                        Case{WeightEncoding::BF16, 128, 2048, 8, 3, true}}) {
     HostMatrix r(c.enc, c.e, c.cols, rng);
@@ -364,7 +366,8 @@ void fused_router_cases() {
 // block to finish runs the top-k): each shape twice, since the block counter
 // must be back at 0 for the next call; n = 3 and unaligned widths take the
 // two-launch path. At 4, 1 and 2 rows a block (MOETIER_CUDA_ROUTER_ROWS; the
-// default last), 61 and 254 experts leaving a part block.
+// default last): 61 and 63 experts leave a part block at 2 and 4 rows, 254
+// at 4 (the fused path: widths a multiple of the chunk).
 TEST(CudaOps, FusedRouterMatchesCpu) {
   REQUIRE_GPU();
   for (const char* rows : {"4", "1", "2"}) {

@@ -208,8 +208,8 @@ bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStre
 // The row count from which gemv1 / gemv_multi take a warp per rows instead of
 // a block (default 32768; for benchmarks).
 void set_gemv_warp_rows(int64_t rows);
-// Rows per block of the block GEMV: 1, 2, 4 or 8 (0: 4 from 4096 rows in all, 2
-// from 2048, else 1).
+// Rows per block of the block GEMV: 1, 2, 4 or 8 (0: 4 from 4096 rows in all or
+// from 1024 with the norm taken in, 2 from 2048, else 1).
 void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 (the backend's default) or 4 (A/B).
 void set_router_rows(int rows);

@@ -73,6 +73,19 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// cp_async_wait<n> for n in [0, 3] given at run time (constant-folded where
+// the caller's loop is unrolled): all of this thread's groups but the newest n.
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  if (n >= 3)
+    cp_async_wait<3>();
+  else if (n == 2)
+    cp_async_wait<2>();
+  else if (n == 1)
+    cp_async_wait<1>();
+  else
+    cp_async_wait<0>();
+}
+
 // Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb]. nw: x is first replaced by
 // rmsnorm(x, nw, eps) = nw * (x * r), r computed as the norm kernels compute
 // it (a double sum of squares; every block sums all of x).
@@ -186,15 +199,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
-      const int after = 1 - h + (more ? 2 : 0) + (refill ? h : 0);
-      if (after >= 3)
-        cp_async_wait<3>();
-      else if (after == 2)
-        cp_async_wait<2>();
-      else if (after == 1)
-        cp_async_wait<1>();
-      else
-        cp_async_wait<0>();
+      cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
       const int b = 2 * (c & 1) + h;
 #pragma unroll
       for (int r = 0; r < R; ++r)
