@@ -142,7 +142,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_ROWS=1 | 2 (default) | 4: rows per block of the fused
   // router (A/B; 2 gave the DeepSeek-shaped model 0.6% over 1 and 4, Qwen3 shapes no change).
   const std::string rr = choice("MOETIER_CUDA_ROUTER_ROWS", {"1", "2", "4"});
-  cuda::set_router_rows(rr.empty() ? 2 : std::stoi(rr));
+  cuda::set_router_rows(rr.empty() ? 0 : std::stoi(rr));        // 0: the default
   if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
     const std::string v = qr;
     check(v == "1" || v == "2" || v == "4" || v == "8",

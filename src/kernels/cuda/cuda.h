@@ -211,7 +211,8 @@ void set_gemv_warp_rows(int64_t rows);
 // Rows per block of the block GEMV: 1, 2, 4 or 8 (0: 4 from 4096 rows in all or
 // from 1024 with the norm taken in, 2 from 2048, else 1).
 void set_gemv_block_rows(int rows);
-// Rows per block of the fused router (router_topk): 1, 2 (the backend's default) or 4 (A/B).
+// Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
+// the default, 2.
 void set_router_rows(int rows);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,

@@ -490,7 +490,7 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
 
 void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
 void set_gemv_block_rows(int rows) { g_block_rows = rows; }
-void set_router_rows(int rows) { g_router_rows = rows == 4 || rows == 2 ? rows : 1; }
+void set_router_rows(int rows) { g_router_rows = rows == 1 || rows == 4 ? rows : 2; }
 
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows <= 0) return false;
