@@ -31,6 +31,9 @@
 #   bins test skipds4 q30 ahead30                    decode steps launched ahead and not (ARMS="none env:MOETIER_DECODE_AHEAD=0")
 #   bins probe ds4 q30 res30 test                    the MoE kernels alone, then both models all resident
 #   bins probe sass                                  the MoE kernels alone, and their SASS
+#   bins trace                                       the decode timeline (binaries of a build
+#                                                    configured with -DMOETIER_CUDA_TRACE=ON)
+#   bins abbin                                       decode against another binary (MB=path)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -414,6 +417,43 @@ skip_arms() {  # model dir, prompt tokens, generated tokens
       case $arm in skip:*) e+=(MOETIER_CUDA_SKIP=${arm#skip:}) ;; env:*) local v=${arm#env:}; e+=(${v//,/ }) ;; esac
       echo "$arm: $("${e[@]}" $M bench $1 --backend cuda --prompt-tokens $2 --gen $3 --runs 2 \
         --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
+    done
+  done
+}
+step_trace() {  # the decode timeline (MOETIER_CUDA_TRACE) of the DeepSeek-shaped model and an
+  # 8-layer Qwen3-shaped one: per launch, its cost on the critical path (scripts/trace_summary.py);
+  # decode tok/s with and without recording, interleaved; TRACE_ENV: more VAR=VALUE for every run.
+  # Needs binaries of a build configured with -DMOETIER_CUDA_TRACE=ON (the default build refuses)
+  local d=/tmp/ds4 q=/tmp/q30-8
+  [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 \
+    --layers ${DS4_LAYERS:-6} --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
+  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+    --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  for m in ds4:$d q30-8:$q; do
+    local name=${m%%:*} dir=${m#*:}
+    for arm in plain trace plain trace; do
+      local e=(env ${TRACE_ENV:-})
+      [ $arm = trace ] && e+=(MOETIER_CUDA_TRACE=$OUT/trace-$name.csv)
+      echo "$name $arm: $("${e[@]}" $M bench $dir --backend cuda --prompt-tokens 64 --gen 160 \
+        --runs 1 --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
+    done
+    python3 scripts/trace_summary.py $OUT/trace-$name.csv 96
+  done
+}
+step_abbin() {  # this build's decode against another moetier binary ($MB), interleaved, two
+  # rounds: the DeepSeek-shaped model (64 + 512 tokens) and an 8-layer Qwen3-shaped one (256 + 256)
+  local d=/tmp/ds4 q=/tmp/q30-8
+  [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 \
+    --layers ${DS4_LAYERS:-6} --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
+  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+    --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  for m in ds4:$d:64:512 q30-8:$q:256:256; do
+    IFS=: read -r name dir p g <<<"$m"
+    for r in 1 2; do
+      for b in $M ${MB:?MB: the other binary}; do
+        echo "$name $b: $($b bench $dir --backend cuda --prompt-tokens $p --gen $g --runs 2 \
+          --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
+      done
     done
   done
 }

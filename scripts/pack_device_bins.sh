@@ -6,9 +6,12 @@
 # There: B=build bash scripts/device_cuda.sh bins test ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# BINS: the paths under build/ to pack instead of all (e.g. src/tools/moetier
+# alone, when the tests would take the carry past the device's 64 MiB).
 T=(src/tools/moetier tests/test_backend_cuda tests/test_cuda_ops_cuda tests/test_cuda_fused_cuda
    tests/test_cuda_model_cuda tests/test_cuda_stage_cuda
    tests/test_golden_qwen3 bench/cuda_ops_bench bench/kernels_bench)
+[ -n "${BINS:-}" ] && read -ra T <<<"$BINS"
 cmake build >/dev/null  # re-read the commit the binaries name (bench/CMakeLists.txt)
 ninja -C build "${T[@]##*/}"
 mkdir -p .carry/debs

@@ -286,11 +286,18 @@ TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
   std::mt19937 rng(9);
   std::vector<DeviceBuffer> keep;
   const int64_t n = 5;
-  for (auto [e, k, renorm] : {std::tuple<int64_t, int64_t, bool>{128, 8, true},
-                              {256, 6, true},
-                              {60, 4, false},
-                              {1000, 3, true}}) {
+  // k = 32 (every lane writes a round) and logits with many ties (the lower
+  // id wins, as on the CPU); past 32 is refused.
+  for (auto [e, k, renorm, ties] : {std::tuple<int64_t, int64_t, bool, bool>{128, 8, true, false},
+                                    {256, 6, true, false},
+                                    {60, 4, false, false},
+                                    {1000, 3, true, false},
+                                    {300, 32, true, false},
+                                    {96, 32, false, false},
+                                    {200, 12, true, true}}) {
     auto logits = randn(size_t(n * e), rng, 2.0f);
+    if (ties)
+      for (float& v : logits) v = std::floor(v);
     std::vector<float> p(logits.size()), w(size_t(n * k));
     std::vector<int32_t> ids(size_t(n * k));
     f.cpu->softmax_topk(logits.data(), n, e, k, renorm, p.data(), ids.data(), w.data());
@@ -304,6 +311,13 @@ TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
     EXPECT_EQ(gids, ids) << e;
     EXPECT_LE(rel_err(f.down(dw, w.size()), w), 1e-6) << e;
     EXPECT_LE(rel_err(f.down(dl, p.size()), p), 1e-6) << e;
+  }
+  {  // more than 32 experts a token: refused with a message, nothing launched
+    float* dl = f.up(randn(64, rng, 1.0f), keep);
+    keep.push_back(f.gpu->alloc(33 * 4));
+    auto* dids = keep.back().as<int32_t>();
+    float* dw = f.zeros(33, keep);
+    EXPECT_THROW(f.gpu->softmax_topk(dl, 1, 64, 33, true, dl, dids, dw), Error);
   }
   for (auto enc : {WeightEncoding::BF16, WeightEncoding::MXFP4}) {
     HostMatrix t(enc, 50, 96, rng);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   fuse_ = !fz || std::string(fz) == "1";
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
+  // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded
+  // (cuda::trace_begin, at most 4M blocks; a build with -DMOETIER_CUDA_TRACE=ON),
+  // one CSV line per launch at the end.
+  if (const char* t = std::getenv("MOETIER_CUDA_TRACE")) {
+    check(cuda::trace_begin(size_t(1) << 22),
+          "MOETIER_CUDA_TRACE={}: this build records no trace (configure with "
+          "-DMOETIER_CUDA_TRACE=ON), or no device memory for it",
+          t);
+    trace_path_ = t;
+  }
   // MOETIER_CUDA_GEMV_WARP_ROWS=N: matrices of N rows or more take the warp
   // GEMV (default 32768: the LM head), the others the block GEMV (A/B).
   if (const char* wr = std::getenv("MOETIER_CUDA_GEMV_WARP_ROWS")) {
@@ -187,8 +198,94 @@ void CudaBackend::flush_timing(bool write) {
   write_file_atomic(timing_path_, out);
 }
 
+namespace {
+
+using cuda::TraceRow;
+
+// For the marks (trace_mark) of grid g between t0 and t1: the last block's
+// time at each mark, in us after leave (" id:us" each).
+std::string trace_marks(const std::vector<TraceRow>& marks, unsigned long long g,
+                        unsigned long long t0, unsigned long long t1, unsigned long long leave) {
+  auto it = std::lower_bound(
+      marks.begin(), marks.end(), std::pair(g, t0),
+      [](const TraceRow& r, const std::pair<unsigned long long, unsigned long long>& k) {
+        return r.grid < k.first || (r.grid == k.first && r.t_enter < k.second);
+      });
+  std::map<unsigned, unsigned long long> last;
+  for (; it != marks.end() && it->grid == g && it->t_enter < t1; ++it)
+    last[it->pad] = std::max(last[it->pad], it->t_enter);
+  std::string out;
+  for (const auto& [id, t] : last)
+    out += fmt::format(" {}:{:.2f}", id, (double(t) - double(leave)) / 1e3);
+  return out;
+}
+
+}  // namespace
+
+// One line per launch, in order of its first block's entry: its node
+// (%gridid, the same for each replay of a graph node; the replays of a node
+// are its rows in entry order, a grid's worth at a time: replays run one after
+// another), grid size, blocks recorded, the first / median / last block's
+// entering and the first / last block's leaving of grid_wait, in ns from the
+// first row, and its marks. FILE.rows: the second-to-last replay's rows of each node.
+void CudaBackend::write_trace() {
+  std::vector<TraceRow> rows = cuda::trace_end(), marks;
+  if (rows.empty()) return;
+  auto by_time = [](const TraceRow& a, const TraceRow& b) {
+    return a.grid < b.grid || (a.grid == b.grid && a.t_enter < b.t_enter);
+  };
+  unsigned long long t0 = rows[0].t_enter;
+  for (const auto& r : rows) t0 = std::min(t0, r.t_enter);
+  auto mk =
+      std::stable_partition(rows.begin(), rows.end(), [](const TraceRow& r) { return r.pad == 0; });
+  marks.assign(mk, rows.end());
+  rows.erase(mk, rows.end());
+  std::sort(rows.begin(), rows.end(), by_time);
+  std::sort(marks.begin(), marks.end(), by_time);
+  std::vector<std::pair<unsigned long long, std::string>> out;
+  std::string raw = "grid,block,blocks,sm,mark,enter,leave\n";
+  auto row = [&](const TraceRow& r) {
+    raw += fmt::format("{},{},{},{},{},{},{}\n", r.grid, r.block, r.blocks, r.sm, r.pad,
+                       r.t_enter - t0, r.t_leave - t0);
+  };
+  for (size_t i = 0; i < rows.size();) {
+    size_t end = i;
+    while (end < rows.size() && rows[end].grid == rows[i].grid) ++end;
+    const size_t per = std::max<size_t>(rows[i].blocks, 1), reps = (end - i + per - 1) / per;
+    for (size_t rep = 0; rep < reps; ++rep) {
+      const size_t a = i + rep * per, b = std::min(end, a + per);
+      const unsigned long long next = b < end ? rows[b].t_enter : ~0ull;
+      unsigned long long l0 = rows[a].t_leave, l1 = l0;
+      for (size_t k = a; k < b; ++k) {
+        l0 = std::min(l0, rows[k].t_leave), l1 = std::max(l1, rows[k].t_leave);
+        if (rep + 2 == reps) row(rows[k]);
+      }
+      if (rep + 2 == reps)
+        for (const auto& m : marks)
+          if (m.grid == rows[a].grid && m.t_enter >= rows[a].t_enter && m.t_enter < next) row(m);
+      out.emplace_back(rows[a].t_enter,
+                       fmt::format("{},{},{},{},{},{},{},{},{}\n", rows[a].grid, rows[a].blocks,
+                                   b - a, rows[a].t_enter - t0, rows[a + (b - a) / 2].t_enter - t0,
+                                   rows[b - 1].t_enter - t0, l0 - t0, l1 - t0,
+                                   trace_marks(marks, rows[a].grid, rows[a].t_enter, next, l0)));
+    }
+    i = end;
+  }
+  std::sort(out.begin(), out.end());
+  std::string csv = "grid,blocks,rows,enter_min,enter_med,enter_max,leave_min,leave_max,marks\n";
+  for (const auto& l : out) csv += l.second;
+  write_file_atomic(trace_path_, csv);
+  write_file_atomic(trace_path_ + ".rows", raw);
+}
+
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  if (!trace_path_.empty()) {
+    try {
+      write_trace();
+    } catch (const std::exception&) {  // a measurement aid never takes the run down
+    }
+  }
   if (!timing_path_.empty()) {
     try {
       flush_timing(true);

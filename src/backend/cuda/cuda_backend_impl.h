@@ -150,6 +150,7 @@ class CudaBackend final : public Backend {
   // launches slower than the GPU runs (small ops then show the launch rate).
   void time_op(const std::string& what);
   void flush_timing(bool write);
+  void write_trace();
   // While recording a decode graph: the device copy of the step's position
   // (pos must be the recorded step's); else null (use the host value).
   const int64_t* step_pos(int64_t pos) const;
@@ -267,6 +268,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t step_done_[2] = {};      // the replay of position p done: p & 1
   std::vector<cudaGraphExec_t> graphs_;
   std::string timing_path_;
+  std::string trace_path_;  // MOETIER_CUDA_TRACE: the decode timeline, per launch (write_trace)
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;
   std::map<std::string, std::pair<double, int64_t>> op_time_;  // name -> (ms, count)
 };

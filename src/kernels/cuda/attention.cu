@@ -411,7 +411,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
       cs[2 * hd + hd / 2 + i] = float(sin(double(angle)));
     }
   }
-  grid_wait();
+  const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
@@ -422,6 +422,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   } else {
     load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
   }
+  trace_mark(ts, 1);
   float m[HPW], l[HPW];
   float4 acc[HPW][2];  // dims 4 (lane + 32 c) .. + 3, c < 2 (hd <= 256)
 #pragma unroll
@@ -449,6 +450,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
+  trace_mark(ts, 2);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     const int hl = warp + hh * nw;
@@ -465,7 +467,9 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     }
     if (splits > 1 && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
+  trace_mark(ts, 3);
   if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
+  trace_mark(ts, 4);
 }
 
 bool decode_applies(int64_t n_q, int64_t heads, int64_t kvh, int64_t hd) {

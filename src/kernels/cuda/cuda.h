@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -48,6 +49,21 @@ void silu_mul(float* g, const float* u, int64_t n, cudaStream_t s);
 void fill_zero(float* x, int64_t n, cudaStream_t s);
 // out [n, cols] = rows ids[t] of table decoded to f32; ids device [n].
 void embed(const MatView& table, const int32_t* ids, int64_t n, float* out, cudaStream_t s);
+
+// Decode timeline (kernels/cuda/trace.cu, launch.cuh; MOETIER_CUDA_TRACE): one
+// row per block of every kernel that calls grid_wait() while recording: its
+// launch (%gridid: the same for every replay of a graph node), its linear
+// block index, grid size and SM, and the global timer (ns) on entering and on
+// leaving the wait (thread 0).
+struct TraceRow {
+  unsigned long long grid, t_enter, t_leave;
+  unsigned block, blocks, sm, pad;
+};
+// Starts recording up to cap rows on the current device (false: no memory,
+// or a build without -DMOETIER_CUDA_TRACE=ON, whose kernels record nothing).
+bool trace_begin(size_t cap);
+// Stops recording; the rows recorded (at most cap), in slot order.
+std::vector<TraceRow> trace_end();
 
 // out [1] = the index of the first maximum of x [n] (torch.argmax), in one
 // launch of up to kArgBlocks blocks; sc: device scratch, done 0 before and after.

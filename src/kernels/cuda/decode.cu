@@ -40,11 +40,12 @@ int64_t blocks_of(const GemvMulti& g, int64_t per) {
 // rstd * (w . (nw * x)) with the sum of squares of x reduced alongside the
 // rows (so each block normalizes x itself: no norm launch before it); nw's
 // first chunk is read before grid_wait too. red: [R + NORM][kMaxThreads / 32].
-template <int ENC, int R, bool NORM = false>
+template <int ENC, int R, bool NORM = false, int M = 0>
 __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t* sc, int64_t rows,
                                                 int64_t row0, int64_t cols, const float* x,
                                                 const float* lut, float (*red)[kMaxThreads / 32],
-                                                const float* nw = nullptr, float eps = 0.0f) {
+                                                const float* nw = nullptr, float eps = 0.0f,
+                                                unsigned* ts = nullptr) {
   using C = Chunk<ENC>;
   constexpr int S = R + (NORM ? 1 : 0);  // the rows, then (NORM) x's sum of squares
   const int64_t nch = cols / C::kCols;
@@ -60,8 +61,9 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
     if constexpr (NORM) load_x<C::kCols>(nw, i, g);
   };
   const int64_t i0 = threadIdx.x;
-  if (i0 < nch) load(i0);  // weights only: in flight while the previous kernel ends
-  grid_wait();
+  if (i0 < nch) load(i0);                // weights only: in flight while the previous kernel ends
+  const unsigned slot = grid_wait<M>();  // M trace marks for the caller (ts)
+  if (ts) *ts = slot;
   grid_launch_dependents();
   for (int64_t i = i0; i < nch; i += blockDim.x) {
     if (i != i0) load(i);
@@ -126,7 +128,9 @@ __global__ void __launch_bounds__(kMaxThreads)
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
   const int64_t row0 = int64_t(blockIdx.x) * R;
-  const float t = block_rows_dot<ENC, R, NORM>(w, sc, e, row0, cols, x, lut, red, nw, eps);
+  unsigned ts = 0;  // trace marks: dot, count, top-k
+  const float t = block_rows_dot<ENC, R, NORM, 3>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
+  trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
   if (threadIdx.x < R && row0 + threadIdx.x < e) {
@@ -136,10 +140,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
   __syncthreads();
+  trace_mark(ts, 2);
   if (!last) return;
   __threadfence();
   if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
   if (threadIdx.x == 0) *done = 0;
+  trace_mark(ts, 3);
 }
 
 // Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).

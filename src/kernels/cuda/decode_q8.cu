@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
         if (lane + 32 * c < nbi) issue(lane + 32 * c, 2 * c + h, h);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  if (early) prep();  // ids and weights: two launches back
-  grid_wait();        // xq comes from the kernel before
+  if (early) prep();                   // ids and weights: two launches back
+  const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   if (!early) prep();
   float acc[R2];
@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     }
     sc[0] = sn[0], sc[1] = sn[1];
   }
+  trace_mark(ts, 1);
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
   const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
   if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
@@ -218,6 +219,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     const float d = quantize_warp(hs[lane], hq + b);
     if (lane == 0) hd[b] = d * __ldcg(weights + slot);
   }
+  trace_mark(ts, 2);
 }
 
 // out[row] = sum over the k experts in ascending id order of (down_e h[e])[row],
@@ -316,7 +318,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
   };
   if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: three launches back
-  grid_wait();                                                   // h comes from the kernel before
+  const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);
   float acc[R];
@@ -335,6 +337,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
     if (base + NT * U < items) load(base + NT * U);
   }
+  trace_mark(ts, 1);
   const float w = warp_rows_sum<R>(acc);
   if (lane < R) red[lane][warp] = w;
   __syncthreads();
@@ -344,6 +347,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     for (int j = 0; j < NW; ++j) sum += red[t][j];
     out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
   }
+  trace_mark(ts, 2);
 }
 
 }  // namespace

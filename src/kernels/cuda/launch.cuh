@@ -37,11 +37,83 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/cuda/cuda.h"
+
 namespace moetier::cuda {
 
-__device__ __forceinline__ void grid_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Decode timeline (MOETIER_CUDA_TRACE, a measurement aid; cuda.h trace_begin):
+// while a buffer is set, thread 0 of every block of a kernel that calls
+// grid_wait() records a TraceRow: its launch (%gridid), and %globaltimer on
+// entering and on leaving the wait. The row's slot is taken (atomicAdd) before
+// the wait and written after it, so the block's work after the wait is not
+// delayed by the count's round trip. c_trace lives in each translation unit
+// that includes this header (no relocatable device code); each copy is set by
+// the setter it registers with trace_register() (trace.cu). Only a build
+// configured with -DMOETIER_CUDA_TRACE=ON (MOETIER_CUDA_TRACE_BUILD) records:
+// the recording's instructions in every wait cost the DeepSeek-shaped decode
+// 4% even while off (docs/cuda.md).
+struct TraceBuf {  // all null / 0: not recording
+  TraceRow* rows;
+  unsigned* n;
+  unsigned cap;
+};
+static __constant__ TraceBuf c_trace;
+void trace_register(void (*set)(const TraceBuf&));
+namespace {
+struct TraceSetter {
+  TraceSetter() {
+    trace_register([](const TraceBuf& b) { cudaMemcpyToSymbol(c_trace, &b, sizeof b); });
+  }
+};
+[[maybe_unused]] TraceSetter g_trace_setter;
+}  // namespace
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// grid_wait<M>() also reserves M more rows for trace_mark(slot, 1..M) and
+// returns the slot (thread 0, while recording; else 0).
+template <int M = 0>
+__device__ __forceinline__ unsigned grid_wait() {
+  unsigned slot = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOETIER_CUDA_TRACE_BUILD)
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const bool tr = c_trace.rows != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0;
+  unsigned long long t0 = 0;
+  if (tr) t0 = global_ns(), slot = atomicAdd(c_trace.n, 1u + M);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (tr && slot + M < c_trace.cap) {
+    unsigned long long g;
+    unsigned sm;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    c_trace.rows[slot] = TraceRow{g,
+                                  t0,
+                                  global_ns(),
+                                  blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
+                                  gridDim.x * gridDim.y * gridDim.z,
+                                  sm,
+                                  0};
+  } else {
+    slot = 0;
+  }
+#endif
+  return slot;
+}
+
+// Records the time this block's thread 0 reaches mark id (1..M of the
+// grid_wait<M>() that returned slot) into the row reserved for it (only the
+// time and id: no load on the block's path; trace_end copies the rest from
+// the block's row, slot).
+__device__ __forceinline__ void trace_mark(unsigned slot, unsigned id) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(MOETIER_CUDA_TRACE_BUILD)
+  if (slot == 0 || threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+  const unsigned long long t = global_ns();
+  c_trace.rows[slot + id] = TraceRow{0, t, t, 0, 0, 0, id};  // trace_end fills in the rest
 #endif
 }
 

@@ -10,9 +10,24 @@
 
 namespace moetier::cuda {
 
+// The warp's maximum (MAX) or minimum of v (redux on sm_80 and later).
+template <bool MAX>
+__device__ __forceinline__ uint32_t warp_reduce_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return MAX ? __reduce_max_sync(0xffffffffu, v) : __reduce_min_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = MAX ? max(v, w) : min(v, w);
+  }
+  return v;
+#endif
+}
+
 // One warp per token; lane j holds the probabilities of experts j, j + 32,
-// ... (V per lane). k rounds of a warp arg-max (ties to the lower id); the
-// weights are summed in selection order by lane 0.
+// ... (V per lane). k <= 32 rounds of a warp arg-max (ties to the lower id;
+// the backend refuses more); the weights are summed in selection order, and
+// lane r writes round r's id and weight.
 template <int V>
 __device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e, int64_t k,
                                                   int renorm, float* probs, int32_t* ids,
@@ -45,34 +60,31 @@ __device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e
       p[i] = -1.0f;
     }
   }
-  float sel_sum = 0.0f;
+  // Selection on integer keys: a probability's bits + 1 (p >= 0 orders as its
+  // bits; 0 marks a taken, missing or NaN entry), two warp reductions a round.
+  uint32_t key[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) key[i] = p[i] >= 0.0f ? __float_as_uint(p[i]) + 1u : 0u;
+  float sel_sum = 0.0f, my_w = 0.0f;  // lane r: round r's weight and id
+  int32_t my_id = 0;
   for (int64_t r = 0; r < k; ++r) {
-    float v = -2.0f;
-    int id = INT32_MAX, at = 0;
+    uint32_t best = 0, id = INT32_MAX;
 #pragma unroll
     for (int i = 0; i < V; ++i)  // ascending ids: the first maximum wins ties
-      if (p[i] > v) v = p[i], id = lane + 32 * i, at = i;
-    const int mine = id;
+      if (key[i] > best) best = key[i], id = uint32_t(lane + 32 * i);
+    const uint32_t top = warp_reduce_u32<true>(best);
+    const uint32_t win = warp_reduce_u32<false>(best == top ? id : 0xffffffffu);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-      const int id2 = __shfl_xor_sync(0xffffffffu, id, o);
-      if (v2 > v || (v2 == v && id2 < id)) v = v2, id = id2;
-    }
-    if (id == mine) {
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (i == at) p[i] = -2.0f;  // taken
-    }
-    if (lane == 0) {
-      ids[r] = id;
-      weights[r] = v;
-      sel_sum += v;
-    }
+    for (int i = 0; i < V; ++i)
+      if (uint32_t(lane + 32 * i) == win) key[i] = 0;  // taken
+    const float v = top ? __uint_as_float(top - 1u) : -2.0f;
+    sel_sum += v;  // every lane adds the same values in selection order
+    if (lane == r) my_w = v, my_id = int32_t(win);
   }
-  __syncwarp();
-  if (renorm && lane == 0)
-    for (int64_t r = 0; r < k; ++r) weights[r] = weights[r] / sel_sum;
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = renorm ? my_w / sel_sum : my_w;
+  }
 }
 
 }  // namespace moetier::cuda
