@@ -420,15 +420,18 @@ skip_arms() {  # model dir, prompt tokens, generated tokens
     done
   done
 }
+synth_two() {  # the DeepSeek-shaped model of step ds4 in /tmp/ds4, an 8-layer Qwen3-shaped one in /tmp/q30-8
+  [ -f /tmp/ds4/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 \
+    --layers ${DS4_LAYERS:-6} --tokenizer models/moetier-tiny -o /tmp/ds4 2>&1 | tail -1
+  [ -f /tmp/q30-8/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
+    --tokenizer tests/data/external/qwen3 -o /tmp/q30-8 2>&1 | tail -1
+}
 step_trace() {  # the decode timeline (MOETIER_CUDA_TRACE) of the DeepSeek-shaped model and an
   # 8-layer Qwen3-shaped one: per launch, its cost on the critical path (scripts/trace_summary.py);
   # decode tok/s with and without recording, interleaved; TRACE_ENV: more VAR=VALUE for every run.
   # Needs binaries of a build configured with -DMOETIER_CUDA_TRACE=ON (the default build refuses)
   local d=/tmp/ds4 q=/tmp/q30-8
-  [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 \
-    --layers ${DS4_LAYERS:-6} --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
-  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
-    --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  synth_two
   for m in ds4:$d q30-8:$q; do
     local name=${m%%:*} dir=${m#*:}
     for arm in plain trace plain trace; do
@@ -443,10 +446,7 @@ step_trace() {  # the decode timeline (MOETIER_CUDA_TRACE) of the DeepSeek-shape
 step_abbin() {  # this build's decode against another moetier binary ($MB), interleaved, two
   # rounds: the DeepSeek-shaped model (64 + 512 tokens) and an 8-layer Qwen3-shaped one (256 + 256)
   local d=/tmp/ds4 q=/tmp/q30-8
-  [ -f $d/config.json ] || $M synth --preset deepseek-v4-flash-experts --experts mxfp4 \
-    --layers ${DS4_LAYERS:-6} --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
-  [ -f $q/config.json ] || $M synth --preset qwen3-30b-a3b --experts mxfp4 --layers 8 \
-    --tokenizer tests/data/external/qwen3 -o $q 2>&1 | tail -1
+  synth_two
   for m in ds4:$d:64:512 q30-8:$q:256:256; do
     IFS=: read -r name dir p g <<<"$m"
     for r in 1 2; do

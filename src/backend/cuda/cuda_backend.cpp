@@ -9,6 +9,7 @@
 // MOETIER_CUDA_PREFILL=f32 keeps every chunk on the f32 path (tests).
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -126,13 +127,21 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded
-  // (cuda::trace_begin, at most 4M blocks; a build with -DMOETIER_CUDA_TRACE=ON),
-  // one CSV line per launch at the end.
+  // (cuda::trace_begin; a build with -DMOETIER_CUDA_TRACE=ON), one CSV line per
+  // launch at the end; MOETIER_CUDA_TRACE_ROWS: the rows kept (default 4M, 128
+  // MiB; a block with M marks takes 1 + M; the first rows are kept).
   if (const char* t = std::getenv("MOETIER_CUDA_TRACE")) {
-    check(cuda::trace_begin(size_t(1) << 22),
+    long long rows = 1 << 22;
+    if (const char* r = std::getenv("MOETIER_CUDA_TRACE_ROWS")) {
+      char* end = nullptr;
+      rows = std::strtoll(r, &end, 10);
+      check(end != r && *end == '\0' && rows >= 2 && rows < (1ll << 32),
+            "MOETIER_CUDA_TRACE_ROWS={}: expected rows from 2 to 2^32 - 1", r);
+    }
+    check(cuda::trace_begin(size_t(rows)),
           "MOETIER_CUDA_TRACE={}: this build records no trace (configure with "
-          "-DMOETIER_CUDA_TRACE=ON), or no device memory for it",
-          t);
+          "-DMOETIER_CUDA_TRACE=ON), or no device memory for {} rows",
+          t, rows);
     trace_path_ = t;
   }
   // MOETIER_CUDA_GEMV_WARP_ROWS=N: matrices of N rows or more take the warp
@@ -202,18 +211,25 @@ namespace {
 
 using cuda::TraceRow;
 
-// For the marks (trace_mark) of grid g between t0 and t1: the last block's
-// time at each mark, in us after leave (" id:us" each).
-std::string trace_marks(const std::vector<TraceRow>& marks, unsigned long long g,
-                        unsigned long long t0, unsigned long long t1, unsigned long long leave) {
-  auto it = std::lower_bound(
-      marks.begin(), marks.end(), std::pair(g, t0),
-      [](const TraceRow& r, const std::pair<unsigned long long, unsigned long long>& k) {
-        return r.grid < k.first || (r.grid == k.first && r.t_enter < k.second);
-      });
+// The marks (trace_mark) of grid g between t0 and t1: [first, last) of marks
+// (sorted by grid, then time).
+std::pair<size_t, size_t> marks_in(const std::vector<TraceRow>& marks, unsigned long long g,
+                                   unsigned long long t0, unsigned long long t1) {
+  auto key = [](const TraceRow& r, const std::pair<unsigned long long, unsigned long long>& k) {
+    return r.grid < k.first || (r.grid == k.first && r.t_enter < k.second);
+  };
+  const auto a = std::lower_bound(marks.begin(), marks.end(), std::pair(g, t0), key);
+  const auto b = std::lower_bound(a, marks.end(), std::pair(g, t1), key);
+  return {size_t(a - marks.begin()), size_t(b - marks.begin())};
+}
+
+// For those marks: the last block's time at each mark, in us after leave
+// (" id:us" each).
+std::string trace_marks(const std::vector<TraceRow>& marks, std::pair<size_t, size_t> range,
+                        unsigned long long leave) {
   std::map<unsigned, unsigned long long> last;
-  for (; it != marks.end() && it->grid == g && it->t_enter < t1; ++it)
-    last[it->pad] = std::max(last[it->pad], it->t_enter);
+  for (size_t i = range.first; i < range.second; ++i)
+    last[marks[i].pad] = std::max(last[marks[i].pad], marks[i].t_enter);
   std::string out;
   for (const auto& [id, t] : last)
     out += fmt::format(" {}:{:.2f}", id, (double(t) - double(leave)) / 1e3);
@@ -229,7 +245,13 @@ std::string trace_marks(const std::vector<TraceRow>& marks, unsigned long long g
 // entering and the first / last block's leaving of grid_wait, in ns from the
 // first row, and its marks. FILE.rows: the second-to-last replay's rows of each node.
 void CudaBackend::write_trace() {
-  std::vector<TraceRow> rows = cuda::trace_end(), marks;
+  size_t wanted = 0;
+  std::vector<TraceRow> rows = cuda::trace_end(&wanted), marks;
+  if (wanted >= rows.size() + 64)  // (plus the reserved mark rows never written)
+    std::fprintf(stderr,
+                 "moetier: warning: MOETIER_CUDA_TRACE: %zu rows asked for, the first kept "
+                 "(MOETIER_CUDA_TRACE_ROWS for more)\n",
+                 wanted);
   if (rows.empty()) return;
   auto by_time = [](const TraceRow& a, const TraceRow& b) {
     return a.grid < b.grid || (a.grid == b.grid && a.t_enter < b.t_enter);
@@ -260,14 +282,14 @@ void CudaBackend::write_trace() {
         l0 = std::min(l0, rows[k].t_leave), l1 = std::max(l1, rows[k].t_leave);
         if (rep + 2 == reps) row(rows[k]);
       }
+      const auto range = marks_in(marks, rows[a].grid, rows[a].t_enter, next);
       if (rep + 2 == reps)
-        for (const auto& m : marks)
-          if (m.grid == rows[a].grid && m.t_enter >= rows[a].t_enter && m.t_enter < next) row(m);
-      out.emplace_back(rows[a].t_enter,
-                       fmt::format("{},{},{},{},{},{},{},{},{}\n", rows[a].grid, rows[a].blocks,
-                                   b - a, rows[a].t_enter - t0, rows[a + (b - a) / 2].t_enter - t0,
-                                   rows[b - 1].t_enter - t0, l0 - t0, l1 - t0,
-                                   trace_marks(marks, rows[a].grid, rows[a].t_enter, next, l0)));
+        for (size_t k = range.first; k < range.second; ++k) row(marks[k]);
+      out.emplace_back(
+          rows[a].t_enter,
+          fmt::format("{},{},{},{},{},{},{},{},{}\n", rows[a].grid, rows[a].blocks, b - a,
+                      rows[a].t_enter - t0, rows[a + (b - a) / 2].t_enter - t0,
+                      rows[b - 1].t_enter - t0, l0 - t0, l1 - t0, trace_marks(marks, range, l0)));
     }
     i = end;
   }

@@ -62,8 +62,9 @@ struct TraceRow {
 // Starts recording up to cap rows on the current device (false: no memory,
 // or a build without -DMOETIER_CUDA_TRACE=ON, whose kernels record nothing).
 bool trace_begin(size_t cap);
-// Stops recording; the rows recorded (at most cap), in slot order.
-std::vector<TraceRow> trace_end();
+// Stops recording; the rows recorded (at most cap), in slot order; wanted (if
+// set): the rows the kernels asked for, more than were kept once cap filled.
+std::vector<TraceRow> trace_end(size_t* wanted = nullptr);
 
 // out [1] = the index of the first maximum of x [n] (torch.argmax), in one
 // launch of up to kArgBlocks blocks; sc: device scratch, done 0 before and after.

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda.h"
 
@@ -48,21 +49,26 @@ namespace moetier::cuda {
 // the wait and written after it, so the block's work after the wait is not
 // delayed by the count's round trip. c_trace lives in each translation unit
 // that includes this header (no relocatable device code); each copy is set by
-// the setter it registers with trace_register() (trace.cu). Only a build
+// the setter it registers in trace_setters() (trace.cu sets them). Only a build
 // configured with -DMOETIER_CUDA_TRACE=ON (MOETIER_CUDA_TRACE_BUILD) records:
 // the recording's instructions in every wait cost the DeepSeek-shaped decode
 // 4% even while off (docs/cuda.md).
-struct TraceBuf {  // all null / 0: not recording
-  TraceRow* rows;
-  unsigned* n;
-  unsigned cap;
+struct TraceBuf {          // all null / 0: not recording
+  TraceRow* rows;          // [cap]; row 0 unused (slot 0 means "none")
+  unsigned long long* n;   // the next free row, from 1; it may pass cap (rows dropped)
+  unsigned long long cap;  // below 2^32
 };
 static __constant__ TraceBuf c_trace;
-void trace_register(void (*set)(const TraceBuf&));
+// The setters of every translation unit's c_trace (an inline function: one
+// registry in a program, whichever of its objects include this header).
+inline std::vector<void (*)(const TraceBuf&)>& trace_setters() {
+  static std::vector<void (*)(const TraceBuf&)> s;
+  return s;
+}
 namespace {
 struct TraceSetter {
   TraceSetter() {
-    trace_register([](const TraceBuf& b) { cudaMemcpyToSymbol(c_trace, &b, sizeof b); });
+    trace_setters().push_back([](const TraceBuf& b) { cudaMemcpyToSymbol(c_trace, &b, sizeof b); });
   }
 };
 [[maybe_unused]] TraceSetter g_trace_setter;
@@ -83,10 +89,12 @@ __device__ __forceinline__ unsigned grid_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool tr = c_trace.rows != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0;
-  unsigned long long t0 = 0;
-  if (tr) t0 = global_ns(), slot = atomicAdd(c_trace.n, 1u + M);
+  unsigned long long t0 = 0, at = 0;
+  // The count is the trace's own: written before the wait, read by nothing of the step.
+  if (tr) t0 = global_ns(), at = atomicAdd(c_trace.n, 1ull + M);
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (tr && slot + M < c_trace.cap) {
+  if (tr && at < c_trace.cap && c_trace.cap - at > M) {
+    slot = unsigned(at);
     unsigned long long g;
     unsigned sm;
     asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));

@@ -1,7 +1,7 @@
 // The decode timeline's buffer (launch.cuh records into it; cuda.h declares
 // trace_begin / trace_end). Every translation unit that includes launch.cuh
 // has its own copy of the constant c_trace and registers a setter for it at
-// static initialization; trace_begin and trace_end set them all.
+// static initialization (trace_setters); trace_begin and trace_end set them all.
 #include <mutex>
 
 #include "kernels/cuda/cuda.h"
@@ -12,7 +12,6 @@ namespace {
 
 struct TraceState {
   std::mutex mu;
-  std::vector<void (*)(const TraceBuf&)> setters;
   TraceBuf buf{};
 };
 TraceState& state() {
@@ -20,59 +19,61 @@ TraceState& state() {
   return s;
 }
 
-void set_all(TraceState& s) {
-  for (auto* set : s.setters) set(s.buf);
+void set_all(const TraceBuf& b) {
+  for (auto* set : trace_setters()) set(b);
 }
 
 }  // namespace
-
-void trace_register(void (*set)(const TraceBuf&)) {
-  TraceState& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.setters.push_back(set);
-}
 
 bool trace_begin(size_t cap) {
 #ifndef MOETIER_CUDA_TRACE_BUILD
   (void)cap;
   return false;  // the kernels record nothing (launch.cuh)
-#endif
+#else
   TraceState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.buf.rows) return true;
+  if (cap < 2 || cap >= (size_t(1) << 32)) return false;
   void* rows = nullptr;
   void* n = nullptr;
-  if (cudaMalloc(&rows, cap * sizeof(TraceRow)) != cudaSuccess) return false;
-  if (cudaMalloc(&n, sizeof(unsigned)) != cudaSuccess || cudaMemset(n, 0, sizeof(unsigned)) ||
-      cudaMemset(rows, 0, cap * sizeof(TraceRow))) {
+  const unsigned long long first = 1;
+  const bool ok = cudaMalloc(&rows, cap * sizeof(TraceRow)) == cudaSuccess &&
+                  cudaMalloc(&n, sizeof first) == cudaSuccess &&
+                  cudaMemcpy(n, &first, sizeof first, cudaMemcpyHostToDevice) == cudaSuccess &&
+                  cudaMemset(rows, 0, cap * sizeof(TraceRow)) == cudaSuccess;
+  if (!ok) {
     cudaFree(rows);
+    cudaFree(n);
     return false;
   }
-  s.buf = TraceBuf{static_cast<TraceRow*>(rows), static_cast<unsigned*>(n), unsigned(cap)};
-  set_all(s);
+  s.buf = TraceBuf{static_cast<TraceRow*>(rows), static_cast<unsigned long long*>(n), cap};
+  set_all(s.buf);
   return true;
+#endif
 }
 
-std::vector<TraceRow> trace_end() {
+// Marks (trace_mark) carry only their time and id: the rest is their block's
+// row, id rows before; reserved rows never written (zero) are dropped.
+std::vector<TraceRow> trace_end(size_t* wanted) {
   TraceState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   std::vector<TraceRow> out;
+  if (wanted) *wanted = 0;
   if (!s.buf.rows) return out;
   cudaDeviceSynchronize();
-  unsigned n = 0;
+  unsigned long long n = 0;
   if (cudaMemcpy(&n, s.buf.n, sizeof n, cudaMemcpyDeviceToHost) == cudaSuccess) {
-    out.resize(n < s.buf.cap ? n : s.buf.cap);
+    if (wanted) *wanted = size_t(n - 1);
+    out.resize(size_t(n < s.buf.cap ? n : s.buf.cap));
     if (cudaMemcpy(out.data(), s.buf.rows, out.size() * sizeof(TraceRow), cudaMemcpyDeviceToHost) !=
         cudaSuccess)
       out.clear();
   }
-  // Marks (trace_mark) carry only their time and id: the rest is their block's
-  // row, id rows before; reserved rows never written (memset) are dropped.
   std::vector<TraceRow> kept;
   kept.reserve(out.size());
-  for (size_t i = 0; i < out.size(); ++i) {
+  for (size_t i = 1; i < out.size(); ++i) {
     TraceRow r = out[i];
-    if (r.blocks == 0 && r.pad > 0 && r.pad <= i && out[i - r.pad].blocks > 0) {
+    if (r.blocks == 0 && r.pad > 0 && r.pad < i && out[i - r.pad].blocks > 0) {
       const TraceRow& b = out[i - r.pad];
       r.grid = b.grid, r.block = b.block, r.blocks = b.blocks, r.sm = b.sm;
     }
@@ -81,7 +82,7 @@ std::vector<TraceRow> trace_end() {
   out.swap(kept);
   const TraceBuf old = s.buf;
   s.buf = TraceBuf{};
-  set_all(s);
+  set_all(s.buf);
   cudaFree(old.rows);
   cudaFree(old.n);
   return out;
