@@ -19,7 +19,7 @@ for a in "$@"; do
 done
 PKGS=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev
       libpcre2-dev libutf8proc-dev liburing-dev)
-[ $build_only = 1 ] || PKGS+=(libgtest-dev libgmock-dev libbenchmark-dev)
+[ $build_only = 1 ] || PKGS+=(libgtest-dev libgmock-dev libbenchmark-dev python3)
 [ $with_browser = 1 ] && PKGS+=(chromium)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -5,8 +5,8 @@ Each CSV line is one launch (taken in order of its first release): its grid
 size, the blocks recorded, the first / median / last block's entering and the
 first / last block's leaving of grid_wait (ns).
 The decode steps repeat one sequence of launches; this finds its period from
-the grid sizes, starts it after the launch that the next one follows latest
-(the step's end), and prints per position the medians over the last steps of:
+the grid sizes, starts it at the graph's first node (the lowest %gridid), and
+prints per position the medians over the last steps of:
   link   next launch's first release - this launch's first release (its cost
          on the critical path, with the next one's wake-up)
   wait   this launch's first release - its first block's entry (how long its
@@ -55,15 +55,16 @@ def main():
     n = len(rows) - 1  # the last launch has no next one
     first = max(0, n - p * (steps + 1))
     link = [rows[i + 1]["leave_min"] - rows[i]["leave_min"] for i in range(n)]
-    # Align: position 0 follows the launch with the largest median link.
-    by_phase = [statistics.median(link[i] for i in range(first + ph, n, p)) for ph in range(p)]
-    end = max(range(p), key=lambda ph: by_phase[ph])
-    start = first + (end + 1) % p
+    # Align: position 0 is the step's first launch, the graph node captured
+    # first (the lowest %gridid of the period: a graph's nodes count up).
+    by_phase = [statistics.median(rows[i]["grid"] for i in range(first + ph, n, p))
+                for ph in range(p)]
+    start = first + min(range(p), key=lambda ph: by_phase[ph])
     # Whole steps only, and only those whose grid sizes match the last step's
     # (prefill and the steps before the graph was captured launch otherwise).
     starts = list(range(start, n - p + 1, p))
     ref = blocks[starts[-1]:starts[-1] + p]
-    starts = [s0 for s0 in starts if blocks[s0:s0 + p] == ref]
+    starts = [s0 for s0 in starts if blocks[s0:s0 + p] == ref][-steps:]
     idx = [s0 + k for s0 in starts for k in range(p)]
     nsteps = len(starts)
     print(f"period {p} launches, {nsteps} steps; medians in us")
