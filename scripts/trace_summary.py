@@ -65,13 +65,14 @@ def main():
     starts = list(range(start, n - p + 1, p))
     ref = blocks[starts[-1]:starts[-1] + p]
     starts = [s0 for s0 in starts if blocks[s0:s0 + p] == ref][-steps:]
-    idx = [s0 + k for s0 in starts for k in range(p)]
     nsteps = len(starts)
+    if nsteps < 2:
+        sys.exit(f"trace_summary: {sys.argv[1]}: fewer than two whole steps")
     print(f"period {p} launches, {nsteps} steps; medians in us")
     print(f"{'pos':>4} {'blocks':>7} {'link':>7} {'wait':>7} {'spread':>7} {'late':>7}  marks")
     total = 0.0
     for k in range(p):
-        sel = [idx[k + s * p] for s in range(nsteps)]
+        sel = [s0 + k for s0 in starts]
         med = lambda f: statistics.median(f(rows[i], i) for i in sel) / 1000.0
         lk = med(lambda r, i: link[i])
         total += lk

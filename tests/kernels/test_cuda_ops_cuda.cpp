@@ -702,8 +702,11 @@ TEST(CudaOps, BadRequestsAreErrors) {
     EnvVar e("MOETIER_CUDA_SKIP", bad);
     EXPECT_THROW(make_cuda_backend(0), Error) << bad;
   }
-  for (const auto& [var, bad] : std::vector<std::pair<const char*, const char*>>{
-           {"MOETIER_CUDA_MOE_DOWN", "3"}, {"MOETIER_CUDA_MOE_GATE", ""}}) {
+  for (const auto& [var, bad] :
+       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN", "3"},
+                                                        {"MOETIER_CUDA_MOE_GATE", ""},
+                                                        {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
+                                                        {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
   }

@@ -9,6 +9,7 @@
 // MOETIER_CUDA_PREFILL=f32 keeps every chunk on the f32 path (tests).
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,18 @@ size_t scale_bytes(const MatView& w) {
   return 0;
 }
 
+// The integer in environment variable var, lo to hi (one-line error
+// otherwise), or def when it is not set.
+static long long env_int(const char* var, long long lo, long long hi, long long def) {
+  const char* v = std::getenv(var);
+  if (!v) return def;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  check(end != v && *end == '\0' && n >= lo && n <= hi, "{}={}: expected an integer from {} to {}",
+        var, v, lo, hi);
+  return n;
+}
+
 // MOETIER_CUDA_STAGE=copy (default) | predict (the next layer's prediction,
 // nothing copied) | 0 (no staging), and MOETIER_CUDA_STAGE_BLOCKS=N blocks
 // per staged expert: A/B of --prefetch next-layer on the mapped host tier.
@@ -50,13 +63,7 @@ static void read_stage_env(int& mode, int& blocks) {
           "MOETIER_CUDA_STAGE={}: expected copy, predict or 0", v);
     mode = v == "copy" ? 2 : v == "predict" ? 1 : 0;
   }
-  if (const char* sb = std::getenv("MOETIER_CUDA_STAGE_BLOCKS")) {
-    char* end = nullptr;
-    const long v = std::strtol(sb, &end, 10);
-    check(end != sb && *end == '\0' && v >= 1 && v <= 1024,
-          "MOETIER_CUDA_STAGE_BLOCKS={}: expected 1 to 1024", sb);
-    blocks = int(v);
-  }
+  blocks = int(env_int("MOETIER_CUDA_STAGE_BLOCKS", 1, 1024, blocks));
 }
 
 // MOETIER_CUDA_SKIP: a comma-separated list of norm, qkv, attn, o, router, experts.
@@ -131,13 +138,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // launch at the end; MOETIER_CUDA_TRACE_ROWS: the rows kept (default 4M, 128
   // MiB; a block with M marks takes 1 + M; the first rows are kept).
   if (const char* t = std::getenv("MOETIER_CUDA_TRACE")) {
-    long long rows = 1 << 22;
-    if (const char* r = std::getenv("MOETIER_CUDA_TRACE_ROWS")) {
-      char* end = nullptr;
-      rows = std::strtoll(r, &end, 10);
-      check(end != r && *end == '\0' && rows >= 2 && rows < (1ll << 32),
-            "MOETIER_CUDA_TRACE_ROWS={}: expected rows from 2 to 2^32 - 1", r);
-    }
+    const long long rows = env_int("MOETIER_CUDA_TRACE_ROWS", 2, (1ll << 32) - 1, 1 << 22);
     check(cuda::trace_begin(size_t(rows)),
           "MOETIER_CUDA_TRACE={}: this build records no trace (configure with "
           "-DMOETIER_CUDA_TRACE=ON), or no device memory for {} rows",
@@ -146,13 +147,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   // MOETIER_CUDA_GEMV_WARP_ROWS=N: matrices of N rows or more take the warp
   // GEMV (default 32768: the LM head), the others the block GEMV (A/B).
-  if (const char* wr = std::getenv("MOETIER_CUDA_GEMV_WARP_ROWS")) {
-    char* end = nullptr;
-    const long long v = std::strtoll(wr, &end, 10);
-    check(end != wr && *end == '\0' && v >= 0, "MOETIER_CUDA_GEMV_WARP_ROWS={}: expected rows >= 0",
-          wr);
-    cuda::set_gemv_warp_rows(v);
-  }
+  if (std::getenv("MOETIER_CUDA_GEMV_WARP_ROWS"))
+    cuda::set_gemv_warp_rows(env_int("MOETIER_CUDA_GEMV_WARP_ROWS", 0, INT64_MAX, 0));
   if (const char* br = std::getenv("MOETIER_CUDA_GEMV_BLOCK_ROWS")) {  // A/B of the block GEMV
     const std::string v = br;
     check(v == "1" || v == "2" || v == "4" || v == "8",

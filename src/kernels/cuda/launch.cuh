@@ -58,13 +58,15 @@ struct TraceBuf {          // all null / 0: not recording
   unsigned long long* n;   // the next free row, from 1; it may pass cap (rows dropped)
   unsigned long long cap;  // below 2^32
 };
-static __constant__ TraceBuf c_trace;
 // The setters of every translation unit's c_trace (an inline function: one
-// registry in a program, whichever of its objects include this header).
+// registry in a program, whichever of its objects include this header; empty
+// in a build without the recording).
 inline std::vector<void (*)(const TraceBuf&)>& trace_setters() {
   static std::vector<void (*)(const TraceBuf&)> s;
   return s;
 }
+#ifdef MOETIER_CUDA_TRACE_BUILD
+static __constant__ TraceBuf c_trace;
 namespace {
 struct TraceSetter {
   TraceSetter() {
@@ -73,6 +75,7 @@ struct TraceSetter {
 };
 [[maybe_unused]] TraceSetter g_trace_setter;
 }  // namespace
+#endif
 
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
