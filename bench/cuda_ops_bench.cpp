@@ -15,6 +15,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -287,26 +288,30 @@ int main() {
     row(first, fmt_T("attention decode T=", T).c_str(), us, double(2 * T * 4 * 128 * 4), bound);
   }
   // Decode attention as the model runs it (attend_decode: q/k norm, RoPE and the
-  // KV write in the same launch), at 384 positions of an 8448-position cache.
-  if (wanted("attend decode")) {
-    const int64_t cap = 8448, T = 384, kvd = 4 * 128;
+  // KV write in the same launch) in an 8448-position cache: Qwen3 shapes (32 q
+  // heads, 4 kv heads) at 384 positions, the DeepSeek-shaped model's (8, 1) at 576.
+  for (const auto& [name, heads, kvh, T] :
+       {std::tuple<const char*, int64_t, int64_t, int64_t>{
+            "attend decode T=384 of 8448 (norms, RoPE, KV write)", 32, 4, 384},
+        {"attend decode 8q/1kv T=576 of 8448 (norms, RoPE, KV write)", 8, 1, 576}}) {
+    if (!wanted(name)) continue;
+    const int64_t cap = 8448, kvd = kvh * 128;
     DeviceBuffer k = be->alloc(size_t(cap * kvd) * 4), v = be->alloc(size_t(cap * kvd) * 4);
     cudaMemset(k.data(), 0x3c, k.bytes()), cudaMemset(v.data(), 0x3c, v.bytes());
     std::vector<float> hf(64 + 2 * 128, 1.0f);
     for (int i = 0; i < 64; ++i) hf[size_t(i)] = float(std::pow(1e6, -i / 64.0));
-    DeviceBuffer c = be->alloc(hf.size() * 4), q = be->alloc(32 * 128 * 4);
+    DeviceBuffer c = be->alloc(hf.size() * 4), q = be->alloc(size_t(heads) * 128 * 4);
     be->to_device(c.data(), hf.data(), hf.size() * 4);
-    be->copy(q.data(), x.data(), 32 * 128 * 4);
+    be->copy(q.data(), x.data(), size_t(heads) * 128 * 4);
     const float* cf = c.as<float>();
     const double us = timed(
         [&] {
           be->attend_decode(q.as<float>(), x.as<float>() + 4096, x.as<float>() + 8192, cf + 64,
-                            cf + 192, 32, 4, 128, 1e-6f, T - 1, cf, k.as<float>(), v.as<float>(),
-                            0.088f, y.as<float>());
+                            cf + 192, heads, kvh, 128, 1e-6f, T - 1, cf, k.as<float>(),
+                            v.as<float>(), 0.088f, y.as<float>());
         },
         T - 1, cap);
-    row(first, "attend decode T=384 of 8448 (norms, RoPE, KV write)", us, double(2 * T * kvd * 4),
-        bound);
+    row(first, name, us, double(2 * T * kvd * 4), bound);
   }
   if (wanted("softmax top-8")) {  // the router's softmax + top-8 of 128 (a latency figure)
     DeviceBuffer ids = be->alloc(64), w = be->alloc(64), p = be->alloc(128 * 4);

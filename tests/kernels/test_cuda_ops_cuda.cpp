@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -311,6 +312,21 @@ TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
     EXPECT_EQ(gids, ids) << e;
     EXPECT_LE(rel_err(f.down(dw, w.size()), w), 1e-6) << e;
     EXPECT_LE(rel_err(f.down(dl, p.size()), p), 1e-6) << e;
+  }
+  for (const int64_t e : {60, 256}) {  // a NaN logit: every probability NaN, real ids (the CPU's)
+    auto logits = randn(size_t(e), rng, 2.0f);
+    logits[7] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> p(logits.size()), w(6);
+    std::vector<int32_t> ids(6);
+    f.cpu->softmax_topk(logits.data(), 1, e, 6, true, p.data(), ids.data(), w.data());
+    float* dl = f.up(logits, keep);
+    keep.push_back(f.gpu->alloc(ids.size() * 4));
+    auto* dids = keep.back().as<int32_t>();
+    f.gpu->softmax_topk(dl, 1, e, 6, true, dl, dids, f.zeros(w.size(), keep));
+    std::vector<int32_t> gids(ids.size());
+    f.gpu->to_host(gids.data(), dids, gids.size() * 4);
+    EXPECT_EQ(gids, (std::vector<int32_t>{0, 1, 2, 3, 4, 5})) << e;
+    EXPECT_EQ(gids, ids) << e;
   }
   {  // more than 32 experts a token: refused with a message, nothing launched
     float* dl = f.up(randn(64, rng, 1.0f), keep);
@@ -706,7 +722,8 @@ TEST(CudaOps, BadRequestsAreErrors) {
        std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_MOE_DOWN", "3"},
                                                         {"MOETIER_CUDA_MOE_GATE", ""},
                                                         {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
-                                                        {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"}}) {
+                                                        {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
+                                                        {"MOETIER_CUDA_ROUTER_Q8", "2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
   }

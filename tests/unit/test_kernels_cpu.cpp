@@ -342,6 +342,22 @@ TEST(CpuBackendOps, ArgmaxIsTheFirstMaximum) {
   EXPECT_THROW(be->argmax(x.data(), 0, &out), Error);
 }
 
+// A NaN logit makes every probability NaN: the top-k still names real,
+// distinct experts, the lowest ids (the CUDA router's choice), whatever the
+// sort's internal order would make of incomparable values.
+TEST(CpuBackendOps, TopkOfNanLogitsNamesTheLowestIds) {
+  auto be = make_cpu_backend();
+  for (const int64_t e : {7, 60, 256}) {
+    std::vector<float> logits(static_cast<size_t>(e));
+    for (int64_t i = 0; i < e; ++i) logits[size_t(i)] = std::sin(float(i));
+    logits[size_t(e / 2)] = std::nanf("");
+    std::vector<float> p(static_cast<size_t>(e)), w(6);
+    std::vector<int32_t> ids(6);
+    be->softmax_topk(logits.data(), 1, e, 6, true, p.data(), ids.data(), w.data());
+    EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3, 4, 5})) << e;
+  }
+}
+
 // matmul_many and matmul_glu compute each output as matmul (and silu_mul)
 // does: the same bits on every path, with q8 and f32 activations, at 1 and 3
 // threads, for tasks of mixed encodings and sizes (n 0, 1, 6 and 11: the

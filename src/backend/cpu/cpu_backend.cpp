@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -188,8 +189,12 @@ void CpuBackend::softmax_topk(const float* logits, int64_t n, int64_t e, int64_t
     if (p != logits + t * e) std::copy_n(logits + t * e, e, p);
     cpu::softmax(p, e);
     std::iota(order_.begin(), order_.end(), 0);
-    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
-                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    // A NaN probability (a NaN logit makes every one NaN) ranks as 0 does (the
+    // CUDA router's order), so the order stays strict and the lowest ids win.
+    auto key = [p](int32_t a) { return std::isnan(p[a]) ? 0.0f : p[a]; };
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), [&](int32_t a, int32_t b) {
+      return key(a) > key(b) || (key(a) == key(b) && a < b);
+    });
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) sum += p[order_[size_t(j)]];
     for (int64_t j = 0; j < k; ++j) {

@@ -131,6 +131,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(!fz || std::string(fz) == "0" || std::string(fz) == "1",
         "MOETIER_CUDA_FUSE={}: expected 0 or 1", fz ? fz : "");
   fuse_ = !fz || std::string(fz) == "1";
+  // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
+  // of its own after the router instead of inside the router (A/B).
+  router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded

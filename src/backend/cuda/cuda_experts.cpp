@@ -311,17 +311,27 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden, intermediate,
                          f, stage);
   float* xc = stage ? static_cast<float*>(stage_x_.get(*this, size_t(hidden) * 4)) : nullptr;
+  // The router quantizes x for the q8 kernels (RouterQ8) unless MOETIER_CUDA_ROUTER_Q8=0.
+  cuda::RouterQ8 rq;
+  if (router_q8_ && !skipped(kSkipExperts, 1)) {
+    const cuda::Q8XSlots xs =
+        cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
+                       hidden, intermediate);
+    rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
+  }
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
-                           stream_, f.norm, f.eps, xc))
+                           stream_, f.norm, f.eps, xc, rq))
       return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden,
                            intermediate, f, stage);
     after("router_topk_rmsnorm");
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
+  } else {
+    rq = {};  // x is quantized by the q8 kernels
   }
   if (skipped(kSkipExperts, 1)) return;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
-             {f.norm, f.eps, true}))
+             {f.norm, f.eps, true, rq.xq != nullptr}))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
   moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);

@@ -91,9 +91,21 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // top-k). false (nothing launched) where the vector GEMV does not apply.
 // norm: the logits of rmsnorm(x, norm, eps) (each block normalizes x itself).
 // x_copy [cols] (optional) = x, written by the launch.
+// q8 (optional): the router also writes x's q8 blocks for the MoE step
+// (moe_decode_q8 with Q8Fuse::x_ready), each block of the router quantizing
+// x's 32-column blocks blockIdx.x, + gridDim.x, ... (of rmsnorm(x) with the
+// router's own 1 / rms where norm is set), and prefetches the expert table
+// into L2 before its wait (the MoE step's first dependent read).
+struct RouterQ8 {
+  void* xq = nullptr;              // [cols / 32] q8 blocks (moe_q8_x); null: none
+  float* xd = nullptr;             // [cols / 32] their scales
+  const void* prefetch = nullptr;  // [prefetch_bytes], brought into L2
+  int64_t prefetch_bytes = 0;
+};
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
-                 const float* norm = nullptr, float eps = 0.0f, float* x_copy = nullptr);
+                 const float* norm = nullptr, float eps = 0.0f, float* x_copy = nullptr,
+                 const RouterQ8& q8 = {});
 
 // Causal GQA attention (see Backend::attention). Graph mode: d_pos non-null,
 // the query's position is *d_pos and the grid covers max_positions. scratch:
@@ -247,11 +259,21 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
 // fuse: the step's neighbours taken in: x is normalized first (norm [hidden]
 // set: rmsnorm(x, norm, eps), in the quantize kernel) and the output added
 // to out (accumulate: out += the step, the residual add).
+// x_ready: x's q8 blocks are already in scratch (the router wrote them,
+// RouterQ8): no quantize launch, and gate/up, launched right after the router,
+// reads ids only after its wait.
 struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;
   bool accumulate = false;
+  bool x_ready = false;
 };
+// Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
+struct Q8XSlots {
+  void* xq;
+  float* xd;
+};
+Q8XSlots moe_q8_x(void* scratch, int64_t k, int64_t hidden, int64_t inter);
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                    void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse = {});

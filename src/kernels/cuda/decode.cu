@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/q8.cuh"
 #include "kernels/cuda/topk.cuh"
 
 namespace moetier::cuda {
@@ -113,23 +114,60 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// The block's share of RouterQ8: L2 prefetches of the table's 128-byte lines
+// (before the wait: a hint, never a read of what it names).
+__device__ __forceinline__ void prefetch_l2(const RouterQ8& q8) {
+  const int64_t lines = (q8.prefetch_bytes + 127) / 128;
+  const auto* p = static_cast<const char*>(q8.prefetch);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < lines;
+       i += int64_t(gridDim.x) * blockDim.x)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
+}
+
+// x's q8 blocks b = blockIdx.x, + gridDim.x, ... (warp 0, lane j column 32 b
+// + j), of nw * (x * r) with r = 1 / rms(x) from the router's sum of squares
+// (red[R], as block_rows_dot sums it) where NORM. After block_rows_dot.
+template <bool NORM, int R>
+__device__ __forceinline__ void router_quantize(const float* x, const float* nw, float eps,
+                                                int64_t cols, const float (*red)[kMaxThreads / 32],
+                                                const RouterQ8& q8) {
+  if (threadIdx.x >= 32) return;
+  float r = 1.0f;
+  if constexpr (NORM) {
+    float ss = 0.0f;
+    for (int wi = 0; wi < int(blockDim.x / 32); ++wi) ss += red[R][wi];
+    r = 1.0f / sqrtf(ss / float(cols) + eps);
+  }
+  auto* xq = static_cast<Q8x*>(q8.xq);
+  for (int64_t b = blockIdx.x; b < cols / 32; b += gridDim.x) {
+    const int64_t j = 32 * b + threadIdx.x;
+    float v = __ldg(x + j);
+    if constexpr (NORM) v = __ldg(nw + j) * (v * r);
+    const float d = quantize_warp(v, xq + b);
+    if (threadIdx.x == 0) q8.xd[b] = d;
+  }
+}
+
 // The router of one token: logits [e] = w x (a block per R rows), then the
 // last block to finish (counted in *done, which it resets to 0) runs the
 // softmax top-k on all e logits (probs may alias nothing but itself: logits go
-// to probs). NORM: the logits of rmsnorm(x, nw, eps).
+// to probs). NORM: the logits of rmsnorm(x, nw, eps). q8 (RouterQ8): x's q8
+// blocks for the MoE step, and the table's prefetch.
 template <int ENC, int V, bool NORM, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
                        const float* nw, float eps, int64_t k, int renorm, float* probs,
-                       int32_t* ids, float* weights, unsigned* done, float* xcopy) {
+                       int32_t* ids, float* weights, unsigned* done, float* xcopy, RouterQ8 q8) {
   __shared__ float lut[16];
   __shared__ float red[R + (NORM ? 1 : 0)][kMaxThreads / 32];
   __shared__ bool last;
+  if (q8.prefetch) prefetch_l2(q8);
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
   const int64_t row0 = int64_t(blockIdx.x) * R;
   unsigned ts = 0;  // trace marks: dot, count, top-k
   const float t = block_rows_dot<ENC, R, NORM, 3>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
+  if (q8.xq) router_quantize<NORM, R>(x, nw, eps, cols, red, q8);
   trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
@@ -444,9 +482,9 @@ void moe_enc(const ExpertPtrs* table, const int32_t* ids, const float* weights, 
 template <int ENC, bool NORM>
 void router_launch(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
                    bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done,
-                   float* xc, cudaStream_t s) {
+                   float* xc, const RouterQ8& q8, cudaStream_t s) {
   using K = void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const float*, const float*,
-                     float, int64_t, int, float*, int32_t*, float*, unsigned*, float*);
+                     float, int64_t, int, float*, int32_t*, float*, unsigned*, float*, RouterQ8);
   static constexpr K kK[3][3] = {
       // [V: 4, 8, 32][R: 1, 2, 4]
       {router_topk_kernel<ENC, 4, NORM, 1>, router_topk_kernel<ENC, 4, NORM, 2>,
@@ -460,36 +498,38 @@ void router_launch(const MatView& w, const float* x, const float* nw, float eps,
   const unsigned g = unsigned((w.rows + R - 1) / R), t = threads_for(w.cols / Chunk<ENC>::kCols);
   const K kern = kK[w.rows <= 128 ? 0 : w.rows <= 256 ? 1 : 2][R == 4 ? 2 : R == 2 ? 1 : 0];
   launch(kern, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps, k, renorm ? 1 : 0, probs, ids,
-         weights, done, xc);
+         weights, done, xc, q8);
 }
 
 template <int ENC>
 void router_enc(const MatView& w, const float* x, const float* nw, float eps, int64_t k,
                 bool renorm, float* probs, int32_t* ids, float* weights, unsigned* done, float* xc,
-                cudaStream_t s) {
+                const RouterQ8& q8, cudaStream_t s) {
   if (nw)
-    router_launch<ENC, true>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, s);
+    router_launch<ENC, true>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, q8, s);
   else
-    router_launch<ENC, false>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, s);
+    router_launch<ENC, false>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, q8, s);
 }
 
 }  // namespace
 
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s, const float* norm,
-                 float eps, float* x_copy) {
+                 float eps, float* x_copy, const RouterQ8& q8) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows < 1 || w.rows > 1024 || k < 1 ||
-      k > 32 || k > w.rows || w.cols % enc_cols(w.enc))
+      k > 32 || k > w.rows || w.cols % enc_cols(w.enc) || (q8.xq && w.cols % 32))
     return false;
   switch (w.enc) {
     case WeightEncoding::F32:
-      return router_enc<kF32>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s),
+      return router_enc<kF32>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, q8, s),
              true;
     case WeightEncoding::BF16:
-      return router_enc<kBF16>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s),
+      return router_enc<kBF16>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, q8,
+                               s),
              true;
     default:
-      return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, s),
+      return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, q8,
+                                s),
              true;
   }
 }

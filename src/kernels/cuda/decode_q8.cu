@@ -33,6 +33,9 @@
 // completed by then: the one in between called grid_launch_dependents only
 // after its own grid_wait, which returned once its predecessor completed and
 // its writes were flushed. Without `early` everything is read after the wait.
+// With Q8Fuse::x_ready the router has quantized x itself (RouterQ8) and the
+// sequence is router -> gate/up -> down: gate/up, launched while the router
+// runs, reads everything after its wait; down's early reads are two back.
 #include <algorithm>
 #include <cfloat>
 
@@ -363,14 +366,21 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
          k * (inter / 32) <= (1 << 24);
 }
 
+Q8XSlots moe_q8_x(void* scratch, int64_t k, int64_t hidden, int64_t inter) {
+  auto* xq = static_cast<Q8x*>(scratch);  // [nb] q8 blocks of x, then [k, inter / 32] of h
+  const int64_t nb = hidden / 32, nh = k * (inter / 32);
+  return {xq, reinterpret_cast<float*>(xq + nb + nh)};  // [nb] scales of x, then of h
+}
+
 bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                    const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                    void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse) {
   if (!moe_q8_applies(enc, vec, k, hidden, inter)) return false;
-  const int64_t nb = hidden / 32, nh = int64_t(k) * (inter / 32);
-  auto* xq = static_cast<Q8x*>(scratch);  // [nb] q8 blocks of x, then [k, inter / 32] of h
+  const int64_t nb = hidden / 32;
+  const Q8XSlots xs = moe_q8_x(scratch, k, hidden, inter);
+  auto* xq = static_cast<Q8x*>(xs.xq);
   Q8x* hq = xq + nb;
-  auto* xd = reinterpret_cast<float*>(hq + nh);  // [nb] scales of x, then of h
+  float* xd = xs.xd;
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16;
   const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
@@ -382,11 +392,14 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
                            int(kGateSmem)) == cudaSuccess};
   if (!smem_ok[wide ? 1 : 0]) return false;
   const int e = early ? 1 : 0;
-  launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
-         s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
-  launch(gate, dim3(unsigned(inter / 32), unsigned(k)), unsigned(g_kernels.gate_warps * 32),
-         kGateSmem, s, table, ids, weights, xq, xd, hidden, inter, hq, hd, e);
+  if (!fuse.x_ready)
+    launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
+           s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
+  // x_ready: gate/up follows the router itself (its ids are read after the wait)
+  const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
+  launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

@@ -61,10 +61,14 @@ __device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e
     }
   }
   // Selection on integer keys: a probability's bits + 1 (p >= 0 orders as its
-  // bits; 0 marks a taken, missing or NaN entry), two warp reductions a round.
+  // bits; 0 marks a taken or missing entry), two warp reductions a round. A
+  // NaN probability (a NaN logit makes every one NaN) keys as 0.0 does, so
+  // the ids stay those of real experts (weight 0; as on the CPU, the lowest
+  // ids where all are NaN) and no kernel after the router reads past the table.
   uint32_t key[V];
 #pragma unroll
-  for (int i = 0; i < V; ++i) key[i] = p[i] >= 0.0f ? __float_as_uint(p[i]) + 1u : 0u;
+  for (int i = 0; i < V; ++i)
+    key[i] = p[i] >= 0.0f ? __float_as_uint(p[i]) + 1u : (p[i] != p[i] ? 1u : 0u);
   float sel_sum = 0.0f, my_w = 0.0f;  // lane r: round r's weight and id
   int32_t my_id = 0;
   for (int64_t r = 0; r < k; ++r) {
