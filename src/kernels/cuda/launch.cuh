@@ -16,7 +16,8 @@
 //    own grid_wait.
 //    This holds while no kernel triggers before its wait and the kernel in
 //    between writes nothing the early reads read (the router writes only its
-//    probs, ids and weights; x is the router's input);
+//    probs, ids and weights, and with RouterQ8 x's q8 blocks, which gate/up
+//    reads after its wait; x is the router's input);
 //  - every thread calls grid_wait() unconditionally, before any early return:
 //    a grid that could complete without waiting would let the kernel after it
 //    run before the one before it has finished (the chain is transitive only
