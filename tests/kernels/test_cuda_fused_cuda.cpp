@@ -227,80 +227,87 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
 // cuda::router_topk's RouterQ8 (x quantized inside the router for the q8 MoE
 // kernels): every x block is written, each of the router's blocks taking
 // blocks b, b + grid, ... (more x blocks than router blocks: 2880 columns, 4
-// router blocks; fewer: 160 columns, 20 blocks), as a scalar q8 quantize of
-// rmsnorm(x) computed in double (32 codes in order, d = amax / 127, codes
-// rounded half to even): each code within 1 (the
-// router's 1 / rms comes from a float sum; a flip needs a product within an
-// ulp of a half), at most 1% of codes off, each scale within 1e-5; the router's
-// ids equal those of a launch without it; with and without the norm.
+// router blocks at 2 rows a block; fewer: 160 columns, 20 blocks), at 1, 4 and
+// 2 (the default) rows a block, with bf16 and MXFP4 router weights, as a scalar
+// q8 quantize of rmsnorm(x) computed in double (32 codes in order, d = amax /
+// 127, codes rounded half to even): each code within 1 (the router's 1 / rms
+// comes from a float sum; a flip needs a product within an ulp of a half), at
+// most 1% of codes off, each scale within 1e-5; the router's ids equal those
+// of a launch without it; with and without the norm.
 TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
   REQUIRE_GPU();
 #if MOETIER_HAVE_CUDA
   BackendPair f;
   std::mt19937 rng(53);
-  for (auto [e, cols, norm] : {std::tuple<int64_t, int64_t, bool>{16, 2048, true},
-                               {5, 96, true},
-                               {40, 160, false},
-                               {8, 2880, true},
-                               {256, 4096, false}}) {
-    const std::string what =
-        std::to_string(e) + " x " + std::to_string(cols) + (norm ? " norm" : "");
-    HostMatrix router(WeightEncoding::BF16, e, cols, rng);
-    const MatView dr = f.gpu->weights(router.view, f.store);
-    std::vector<DeviceBuffer> keep;
-    const auto x = randn(size_t(cols), rng, 2.0f), nw = randn(size_t(cols), rng);
-    const int64_t nb = cols / 32, k = std::min<int64_t>(e, 4);
-    float* dx = f.up(x, keep);
-    float* dnw = norm ? f.up(nw, keep) : nullptr;
-    float* probs = f.zeros(size_t(e), keep);
-    float* w = f.zeros(size_t(k), keep);
-    auto* done = reinterpret_cast<unsigned*>(f.zeros(1, keep));
-    float* xq = f.zeros(size_t(nb * 8), keep);  // 32 int8 codes a block
-    float* xd = f.zeros(size_t(nb), keep);
-    float* table = f.zeros(300, keep);  // prefetched (1200 bytes: not whole lines)
-    int32_t* ids[2];
-    for (auto& p : ids) keep.push_back(f.gpu->alloc(size_t(k) * 4)), p = keep.back().as<int32_t>();
-    f.gpu->synchronize();
-    for (int q = 0; q < 2; ++q) {
-      cuda::RouterQ8 q8;
-      if (q == 1) q8 = {xq, xd, table, 1200};
-      ASSERT_TRUE(cuda::router_topk(dr, dx, k, true, probs, ids[q], w, done, nullptr, dnw, 1e-6f,
-                                    nullptr, q8))
-          << what;
+  for (const int rows : {1, 4, 2})  // the last is the default (process-wide)
+    for (auto [e, cols, norm, enc] :
+         {std::tuple<int64_t, int64_t, bool, WeightEncoding>{16, 2048, true, WeightEncoding::BF16},
+          {5, 96, true, WeightEncoding::BF16},
+          {40, 160, false, WeightEncoding::BF16},
+          {8, 2880, true, WeightEncoding::BF16},
+          {32, 2880, true, WeightEncoding::MXFP4},
+          {256, 4096, false, WeightEncoding::BF16}}) {
+      cuda::set_router_rows(rows);
+      const std::string what = std::to_string(e) + " x " + std::to_string(cols) +
+                               (norm ? " norm" : "") + " enc " + std::to_string(int(enc)) +
+                               " rows " + std::to_string(rows);
+      HostMatrix router(enc, e, cols, rng);
+      const MatView dr = f.gpu->weights(router.view, f.store);
+      std::vector<DeviceBuffer> keep;
+      const auto x = randn(size_t(cols), rng, 2.0f), nw = randn(size_t(cols), rng);
+      const int64_t nb = cols / 32, k = std::min<int64_t>(e, 4);
+      float* dx = f.up(x, keep);
+      float* dnw = norm ? f.up(nw, keep) : nullptr;
+      float* probs = f.zeros(size_t(e), keep);
+      float* w = f.zeros(size_t(k), keep);
+      auto* done = reinterpret_cast<unsigned*>(f.zeros(1, keep));
+      float* xq = f.zeros(size_t(nb * 8), keep);  // 32 int8 codes a block
+      float* xd = f.zeros(size_t(nb), keep);
+      float* table = f.zeros(300, keep);  // prefetched (1200 bytes: not whole lines)
+      int32_t* ids[2];
+      for (auto& p : ids)
+        keep.push_back(f.gpu->alloc(size_t(k) * 4)), p = keep.back().as<int32_t>();
+      f.gpu->synchronize();
+      for (int q = 0; q < 2; ++q) {
+        cuda::RouterQ8 q8;
+        if (q == 1) q8 = {xq, xd, table, 1200};
+        ASSERT_TRUE(cuda::router_topk(dr, dx, k, true, probs, ids[q], w, done, nullptr, dnw, 1e-6f,
+                                      nullptr, q8))
+            << what;
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      std::vector<int32_t> id0(static_cast<size_t>(k)), id1(static_cast<size_t>(k));
+      f.gpu->to_host(id0.data(), ids[0], id0.size() * 4);
+      f.gpu->to_host(id1.data(), ids[1], id1.size() * 4);
+      EXPECT_EQ(id0, id1) << what;
+      std::vector<float> v(x);
+      if (norm) {
+        double ss = 0;
+        for (float a : x) ss += double(a) * a;
+        const float r = float(1.0 / std::sqrt(ss / double(cols) + 1e-6));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = nw[i] * (x[i] * r);
+      }
+      std::vector<int8_t> want_q(static_cast<size_t>(cols)), got_q(static_cast<size_t>(cols));
+      std::vector<float> want_d(static_cast<size_t>(nb));
+      for (int64_t b = 0; b < nb; ++b) {  // q8 blocks of 32 in order (d = amax / 127)
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[size_t(32 * b + j)]));
+        want_d[size_t(b)] = amax / 127.0f;
+        const float id = 127.0f / amax;
+        for (int j = 0; j < 32; ++j)
+          want_q[size_t(32 * b + j)] = int8_t(std::nearbyint(v[size_t(32 * b + j)] * id));
+      }
+      f.gpu->to_host(got_q.data(), xq, got_q.size());
+      const std::vector<float> got_d = f.down(xd, size_t(nb));
+      int off = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        ASSERT_LE(std::abs(int(got_q[size_t(i)]) - int(want_q[size_t(i)])), 1) << what << " " << i;
+        off += got_q[size_t(i)] != want_q[size_t(i)];
+      }
+      EXPECT_LE(off, cols / 100) << what;
+      for (int64_t b = 0; b < nb; ++b)
+        EXPECT_NEAR(got_d[size_t(b)], want_d[size_t(b)], 1e-5 * std::abs(want_d[size_t(b)]))
+            << what << " block " << b;
     }
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-    std::vector<int32_t> id0(static_cast<size_t>(k)), id1(static_cast<size_t>(k));
-    f.gpu->to_host(id0.data(), ids[0], id0.size() * 4);
-    f.gpu->to_host(id1.data(), ids[1], id1.size() * 4);
-    EXPECT_EQ(id0, id1) << what;
-    std::vector<float> v(x);
-    if (norm) {
-      double ss = 0;
-      for (float a : x) ss += double(a) * a;
-      const float r = float(1.0 / std::sqrt(ss / double(cols) + 1e-6));
-      for (size_t i = 0; i < v.size(); ++i) v[i] = nw[i] * (x[i] * r);
-    }
-    std::vector<int8_t> want_q(static_cast<size_t>(cols)), got_q(static_cast<size_t>(cols));
-    std::vector<float> want_d(static_cast<size_t>(nb));
-    for (int64_t b = 0; b < nb; ++b) {  // q8 blocks of 32 in order (d = amax / 127)
-      float amax = 0.0f;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[size_t(32 * b + j)]));
-      want_d[size_t(b)] = amax / 127.0f;
-      const float id = 127.0f / amax;
-      for (int j = 0; j < 32; ++j)
-        want_q[size_t(32 * b + j)] = int8_t(std::nearbyint(v[size_t(32 * b + j)] * id));
-    }
-    f.gpu->to_host(got_q.data(), xq, got_q.size());
-    const std::vector<float> got_d = f.down(xd, size_t(nb));
-    int off = 0;
-    for (int64_t i = 0; i < cols; ++i) {
-      ASSERT_LE(std::abs(int(got_q[size_t(i)]) - int(want_q[size_t(i)])), 1) << what << " " << i;
-      off += got_q[size_t(i)] != want_q[size_t(i)];
-    }
-    EXPECT_LE(off, cols / 100) << what;
-    for (int64_t b = 0; b < nb; ++b)
-      EXPECT_NEAR(got_d[size_t(b)], want_d[size_t(b)], 1e-5 * std::abs(want_d[size_t(b)]))
-          << what << " block " << b;
-  }
 #endif
 }

@@ -287,12 +287,13 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
   moe_ptrs(t, p, ids, weights, k, x, hidden, intermediate, out);
 }
 
-// The router and the quantize kernel each normalize x themselves and the down
+// The router normalizes x itself (and, with RouterQ8, quantizes it for the q8
+// kernels; else the quantize kernel normalizes it again) and the down
 // projection adds into x: four launches for norm, router, experts and
 // residual add. The early reads hold as in route_moe_resident (x was written
-// before the router). Other expert paths (f32 activations, legacy) run the
-// separate ops (route_add_ops). With f.next, the next layer's experts are
-// staged after the router (cuda_stage.cpp).
+// before the router; with RouterQ8 only down reads early, the router two back). Other expert paths
+// (f32 activations, legacy) run the separate ops (route_add_ops). With f.next, the next layer's
+// experts are staged after the router (cuda_stage.cpp).
 void CudaBackend::route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                                          bool renormalize, float* probs, int32_t* ids,
                                          float* weights, int64_t hidden, int64_t intermediate,

@@ -19,9 +19,10 @@
 //      before it ends (graph_end, graph_abort). Both buffers and every
 //      table's shadow are sized outside recordings.
 //   5. N's q8 kernels read the shadow table and the staged bytes before
-//      their grid_wait, as they read the table that update_experts' kernel
-//      wrote (launch.cuh, early reads): the staging kernel completed before
-//      N's router started, two launches before them.
+//      their grid_wait (gate/up only with MOETIER_CUDA_ROUTER_Q8=0; down
+//      always), as they read the table that update_experts' kernel wrote
+//      (launch.cuh, early reads): the staging kernel completed before N's
+//      router started, two or more launches before them.
 #include "backend/cuda/cuda_backend_impl.h"
 #include "kernels/matview.h"
 

@@ -260,8 +260,9 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
 // set: rmsnorm(x, norm, eps), in the quantize kernel) and the output added
 // to out (accumulate: out += the step, the residual add).
 // x_ready: x's q8 blocks are already in scratch (the router wrote them,
-// RouterQ8): no quantize launch, and gate/up, launched right after the router,
-// reads ids only after its wait.
+// RouterQ8, normalized where it was given the norm; norm is then unused): no
+// quantize launch, and gate/up, launched right after the router, reads ids
+// only after its wait.
 struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;

@@ -27,7 +27,7 @@
 //
 // Early reads (the `early` flag, set by CudaBackend::route_moe_resident and
 // route_moe_resident_add, which launch router -> quantize -> gate/up -> down
-// back to back): a kernel may
+// back to back, or router -> gate/up -> down with x_ready below): a kernel may
 // read before grid_wait what the kernel two or more launches back wrote (x,
 // the router's ids and weights), through L2 (ld.global.cg). That kernel has
 // completed by then: the one in between called grid_launch_dependents only
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
       if (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk);  // ids: three launches back
+  if (early) rank_experts(table, ids, weights, k, rk);  // ids: two or three launches back
   if (early && row0 < hidden) load(0);
   grid_wait();  // h comes from the kernel before
   grid_launch_dependents();
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: three launches back
+  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: two or three back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);

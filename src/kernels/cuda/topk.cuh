@@ -63,8 +63,9 @@ __device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e
   // Selection on integer keys: a probability's bits + 1 (p >= 0 orders as its
   // bits; 0 marks a taken or missing entry), two warp reductions a round. A
   // NaN probability (a NaN logit makes every one NaN) keys as 0.0 does, so
-  // the ids stay those of real experts (weight 0; as on the CPU, the lowest
-  // ids where all are NaN) and no kernel after the router reads past the table.
+  // the ids stay those of real experts (as on the CPU, the lowest ids where
+  // all are NaN) and no kernel after the router reads past the table. Their
+  // weights are then 0, NaN when renormalized (the CPU's are NaN in both).
   uint32_t key[V];
 #pragma unroll
   for (int i = 0; i < V; ++i)
