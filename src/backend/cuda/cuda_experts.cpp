@@ -291,9 +291,10 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
 // kernels; else the quantize kernel normalizes it again) and the down
 // projection adds into x: four launches for norm, router, experts and
 // residual add. The early reads hold as in route_moe_resident (x was written
-// before the router; with RouterQ8 only down reads early, the router two back). Other expert paths
-// (f32 activations, legacy) run the separate ops (route_add_ops). With f.next, the next layer's
-// experts are staged after the router (cuda_stage.cpp).
+// before the router; with RouterQ8 only down reads early, the router two
+// back). Other expert paths (f32 activations, legacy) run the separate ops
+// (route_add_ops). With f.next, the next layer's experts are staged after the
+// router (cuda_stage.cpp).
 void CudaBackend::route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                                          bool renormalize, float* probs, int32_t* ids,
                                          float* weights, int64_t hidden, int64_t intermediate,
@@ -312,9 +313,10 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden, intermediate,
                          f, stage);
   float* xc = stage ? static_cast<float*>(stage_x_.get(*this, size_t(hidden) * 4)) : nullptr;
-  // The router quantizes x for the q8 kernels (RouterQ8) unless MOETIER_CUDA_ROUTER_Q8=0.
+  // The router quantizes x for the q8 kernels (RouterQ8) unless MOETIER_CUDA_ROUTER_Q8=0
+  // (or a profiling skip leaves the router or the experts out).
   cuda::RouterQ8 rq;
-  if (router_q8_ && !skipped(kSkipExperts, 1)) {
+  if (router_q8_ && !skipped(kSkipExperts | kSkipRouter, 1)) {
     const cuda::Q8XSlots xs =
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
                        hidden, intermediate);
@@ -327,8 +329,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                            intermediate, f, stage);
     after("router_topk_rmsnorm");
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
-  } else {
-    rq = {};  // x is quantized by the q8 kernels
   }
   if (skipped(kSkipExperts, 1)) return;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),

@@ -34,6 +34,14 @@ int64_t blocks_of(const GemvMulti& g, int64_t per) {
   return n;
 }
 
+// 1 / rms(x) from the per-warp sums of squares red_ss [blockDim / 32] that
+// block_rows_dot<..., NORM> leaves (the same value in every thread that asks).
+__device__ __forceinline__ float block_rstd(const float* red_ss, int64_t cols, float eps) {
+  float ss = 0.0f;
+  for (int wi = 0; wi < int(blockDim.x / 32); ++wi) ss += red_ss[wi];
+  return 1.0f / sqrtf(ss / float(cols) + eps);
+}
+
 // R rows row0.. of one matrix [rows, cols] dotted with x by one block, its
 // threads taking the rows' 16-byte chunks in turn (the first chunk's weights
 // loaded before grid_wait); thread r < R returns row r's total. NORM: the
@@ -80,11 +88,7 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
   }
   float t = block_sum<S>(acc, red);  // (syncs: every warp's partials are in red)
   if constexpr (NORM) {
-    if (threadIdx.x < R) {
-      float ss = 0.0f;
-      for (int wi = 0; wi < int(blockDim.x / 32); ++wi) ss += red[R][wi];
-      t *= 1.0f / sqrtf(ss / float(cols) + eps);
-    }
+    if (threadIdx.x < R) t *= block_rstd(red[R], cols, eps);
   }
   return t;
 }
@@ -125,19 +129,14 @@ __device__ __forceinline__ void prefetch_l2(const RouterQ8& q8) {
 }
 
 // x's q8 blocks b = blockIdx.x, + gridDim.x, ... (warp 0, lane j column 32 b
-// + j), of nw * (x * r) with r = 1 / rms(x) from the router's sum of squares
-// (red[R], as block_rows_dot sums it) where NORM. After block_rows_dot.
+// + j), of nw * (x * r) with r the router's own 1 / rms(x) (block_rstd) where
+// NORM. After block_rows_dot.
 template <bool NORM, int R>
 __device__ __forceinline__ void router_quantize(const float* x, const float* nw, float eps,
                                                 int64_t cols, const float (*red)[kMaxThreads / 32],
                                                 const RouterQ8& q8) {
   if (threadIdx.x >= 32) return;
-  float r = 1.0f;
-  if constexpr (NORM) {
-    float ss = 0.0f;
-    for (int wi = 0; wi < int(blockDim.x / 32); ++wi) ss += red[R][wi];
-    r = 1.0f / sqrtf(ss / float(cols) + eps);
-  }
+  const float r = NORM ? block_rstd(red[R], cols, eps) : 1.0f;
   auto* xq = static_cast<Q8x*>(q8.xq);
   for (int64_t b = blockIdx.x; b < cols / 32; b += gridDim.x) {
     const int64_t j = 32 * b + threadIdx.x;
