@@ -148,12 +148,13 @@ struct ExpertPtrs {
   const uint8_t* s[3];  // their scales / codebooks (null for f32, bf16)
 };
 // Predicted experts brought into L2 (decode; docs/cuda.md "Predicted experts"):
-// block 0 of a gemv1 launch given one takes, before its grid_wait, the top k
-// of logits [e] (the layer's router applied to its input before attention,
-// written by the q/k/v GEMV two launches back: read through L2), writes them
-// to ids [k], and issues bulk L2 prefetches of the first bytes[0..3] bytes of
-// each one's gate and up weights and scales (table [e], read in place: no
-// kernel of a step writes it). A hint: no result changes.
+// every block of a gemv1 launch given one takes, before its grid_wait, the
+// top k of logits [e] (the layer's router applied to its input before
+// attention, written by the q/k/v GEMV two launches back: read through L2),
+// block 0 writes them to ids [k], and the blocks share the bulk L2 prefetches
+// of the first bytes[0..3] bytes of each one's gate and up weights and scales
+// (table [e], read in place: no kernel of a step writes it). A hint: no
+// result changes.
 struct ExpertPrefetch {
   const float* logits = nullptr;      // [e]; null: none
   const ExpertPtrs* table = nullptr;  // [e]

@@ -96,22 +96,18 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
 
 // Block b owns R rows of one matrix (matrix m's rows take ceil(rows_m / R)
 // consecutive blocks); NORM: of rmsnorm(x, g.norms[m] or g.norm, g.eps).
-// With g.pf, block 0 predicts and prefetches experts (predict.cuh) and the
-// rows start at block 1.
+// With g.pf, every block first predicts experts and prefetches its share of
+// them (predict.cuh), before its grid_wait.
 template <int ENC, int R, bool NORM>
 __global__ void __launch_bounds__(kMaxThreads)
-    gemv_block_kernel(GemvMulti g, int64_t cols, const float* x, int accumulate) {
+    gemv_block_kernel(const GemvMulti g, int64_t cols, const float* x,
+                      int accumulate) {
   __shared__ float lut[16];
   __shared__ float red[R + (NORM ? 1 : 0)][kMaxThreads / 32];
-  if (g.pf.logits && blockIdx.x == 0) {
-    predict_prefetch(g.pf);
-    grid_wait();
-    grid_launch_dependents();
-    return;
-  }
+  if (g.pf.logits) predict_prefetch(g.pf);
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
-  int64_t b = int64_t(blockIdx.x) - (g.pf.logits ? 1 : 0);
+  int64_t b = blockIdx.x;
   int m = 0;
   for (; m + 1 < g.count; ++m) {
     const int64_t bm = (g.tile0[m + 1] - g.tile0[m] + R - 1) / R;
@@ -389,8 +385,7 @@ unsigned threads_for(int64_t chunks) {
 
 template <int ENC, int R>
 void gemv_block(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
-  const unsigned t = threads_for(cols / Chunk<ENC>::kCols),
-                 b = unsigned(blocks_of(g, R) + (g.pf.logits ? 1 : 0));
+  const unsigned t = threads_for(cols / Chunk<ENC>::kCols), b = unsigned(blocks_of(g, R));
   if (g.norm)
     launch(gemv_block_kernel<ENC, R, true>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
   else
