@@ -171,20 +171,12 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
     t.vec = t.vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
   }
   t.num_experts = int64_t(views.size());
-  t.inter = views[0].gate.rows;
   t.ptrs = alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));
   cuda_check(cudaMemcpy(t.ptrs.data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs),
                         cudaMemcpyHostToDevice),
              "upload expert table");
   std::vector<uint8_t> host(views.size());
-  for (size_t e = 0; e < views.size(); ++e) {
-    host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
-    t.any_host = t.any_host || host[e];
-  }
-  if (predict_.bytes() == 0) {  // (hint_experts: sized before any recording)
-    predict_ = alloc(1024 * 4 + 32 * 4 + 2 * 8);
-    cuda_check(cudaMemset(predict_.data(), 0, predict_.bytes()), "prediction counters");
-  }
+  for (size_t e = 0; e < views.size(); ++e) host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
   t.host = alloc(host.size());
   t.shadow =
       alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));  // (staging: sized before any recording)
@@ -224,7 +216,6 @@ void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
           "cuda: expert table {}: entry {} is not 16-byte aligned", e.table, e.id);
     w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view), t.host.as<uint8_t>() + e.id,
             uint8_t(e.host ? 1 : 0)};
-    if (e.host) tables_[size_t(e.table)].any_host = true;
   }
   cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
   cuda_check(cudaEventRecord(writes_done_, stream_), "table writes");
@@ -309,8 +300,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                                          float* weights, int64_t hidden, int64_t intermediate,
                                          const NormAdd& f) {
   const Table& t = table_at(table, k);
-  const int predicted = predicted_table_;  // the layer's hints end here
-  hint_.reset(), pf_ = {}, pf_table_ = predicted_table_ = -1;
   const cuda::ExpertPtrs* p = take_staged(table);
   const bool stage = !skip_ && can_stage(f.next, k, hidden);
   const bool fuse = fuse_ && !legacy_decode_ && act_q8_ &&
@@ -332,10 +321,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
                        hidden, intermediate);
     rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
-    if (predicted == table) {  // this layer's o_proj predicted (cuda_predict.cpp)
-      rq.predicted = reinterpret_cast<const int32_t*>(predict_.as<float>() + 1024);
-      rq.counts = reinterpret_cast<unsigned long long*>(predict_.as<uint8_t>() + 1024 * 4 + 32 * 4);
-    }
   }
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,

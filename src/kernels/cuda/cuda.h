@@ -96,16 +96,11 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // x's 32-column blocks blockIdx.x, + gridDim.x, ... (of rmsnorm(x) with the
 // router's own 1 / rms where norm is set), and prefetches the expert table
 // into L2 before its wait (the MoE step's first dependent read).
-// predicted / counts: the ids an ExpertPrefetch predicted for this router
-// (its launch two back wrote them); the last block adds to counts [2] how
-// many of them the router chose and k (used, issued). Null: none.
 struct RouterQ8 {
   void* xq = nullptr;              // [cols / 32] q8 blocks (moe_q8_x); null: none
   float* xd = nullptr;             // [cols / 32] their scales
   const void* prefetch = nullptr;  // [prefetch_bytes], brought into L2
   int64_t prefetch_bytes = 0;
-  const int32_t* predicted = nullptr;    // [k]
-  unsigned long long* counts = nullptr;  // [2]
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
@@ -147,22 +142,6 @@ struct ExpertPtrs {
   const void* w[3];     // gate [I, H], up [I, H], down [H, I]
   const uint8_t* s[3];  // their scales / codebooks (null for f32, bf16)
 };
-// Predicted experts brought into L2 (decode; docs/cuda.md "Predicted experts"):
-// every block of a gemv1 launch given one takes, before its grid_wait, the
-// top k of logits [e] (the layer's router applied to its input before
-// attention, written by the q/k/v GEMV two launches back: read through L2),
-// block 0 writes them to ids [k], and the blocks share the bulk L2 prefetches
-// of the first bytes[0..3] bytes of each one's gate and up weights and scales
-// (table [e], read in place: no kernel of a step writes it). A hint: no
-// result changes.
-struct ExpertPrefetch {
-  const float* logits = nullptr;      // [e]; null: none
-  const ExpertPtrs* table = nullptr;  // [e]
-  int32_t* ids = nullptr;             // [k]
-  int e = 0, k = 0;
-  uint32_t bytes[4] = {};  // of gate's and up's weights, then their scales; multiples of 16
-};
-
 // One entry of a resident expert table set (write_table_entries).
 struct TableWrite {
   ExpertPtrs* dst;  // device: the entry
@@ -254,8 +233,7 @@ ExpertLaunch prepare_decode_experts(const int32_t* ids, const float* weights, in
 // (device [num_experts]) on x [hidden], h [k, inter] scratch; ids and weights
 // [k] on the device; false (nothing launched) where it does not apply (cb3,
 // unaligned pointers: vec false, widths not a multiple of the chunk, k > 32).
-bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s,
-           const ExpertPrefetch& pf = {});
+bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s);
 // The row count from which gemv1 / gemv_multi take a warp per rows instead of
 // a block (default 32768; for benchmarks).
 void set_gemv_warp_rows(int64_t rows);
@@ -323,11 +301,9 @@ struct GemvMulti {
   float* y[kMax] = {};
   int64_t tile0[kMax + 1] = {};
   int count = 0;
-  const float* norm = nullptr;    // [cols] RMSNorm weights, or none
-  const float* norms[kMax] = {};  // matrix m's own RMSNorm weights where set (norm set too)
+  const float* norm = nullptr;  // [cols] RMSNorm weights, or none
   float eps = 0.0f;
   int rows_per_block = 0;  // of the block GEMV: 1, 2, 4 or 8 (0: set_gemv_block_rows' rule)
-  ExpertPrefetch pf;       // the block GEMV only (an extra block 0); else refused
 };
 bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
                 cudaStream_t s);
