@@ -34,6 +34,7 @@
 #   bins trace                                       the decode timeline (binaries of a build
 #                                                    configured with -DMOETIER_CUDA_TRACE=ON)
 #   bins abbin                                       decode against another binary (MB=path)
+#   abxz                                             moetier binaries in .carry/ab/*.xz side by side
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -441,6 +442,23 @@ step_trace() {  # the decode timeline (MOETIER_CUDA_TRACE) of the DeepSeek-shape
         --runs 1 --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
     done
     python3 scripts/trace_summary.py $OUT/trace-$name.csv 96
+  done
+}
+step_abxz() {  # moetier binaries .carry/ab/*.xz (ABS: their names, default all) side by side,
+  # interleaved, two rounds: the DeepSeek-shaped model (64 + 512 tokens), an 8-layer Qwen3-shaped one
+  local d=/tmp/ds4 q=/tmp/q30-8 bins=()
+  for f in ${ABS:-$(ls .carry/ab/*.xz | xargs -n1 basename | sed 's/\.xz$//')}; do
+    xz -dc .carry/ab/$f.xz >/tmp/ab-$f && chmod +x /tmp/ab-$f && bins+=(/tmp/ab-$f)
+  done
+  synth_two
+  for m in ds4:$d:64:512 q30-8:$q:256:256; do
+    IFS=: read -r name dir p g <<<"$m"
+    for r in 1 2; do
+      for b in "${bins[@]}"; do
+        echo "$name ${b#/tmp/ab-}: $($b bench $dir --backend cuda --prompt-tokens $p --gen $g --runs 2 \
+          --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
+      done
+    done
   done
 }
 step_abbin() {  # this build's decode against another moetier binary ($MB), interleaved, two

@@ -143,7 +143,8 @@ __global__ void attn_combine(const float* scratch, int64_t splits, int64_t hd, f
 constexpr int kTile = 32;        // positions per shared-memory tile (decode)
 constexpr int kMaxSplitsD = 64;  // splits per kv head (decode)
 constexpr int kMaxGroupWarps = 8;
-constexpr int kPer = 4;  // float4 of K (and of V) per thread per tile, held in registers
+constexpr int kPer = 4;   // float4 of K (and of V) per thread per tile, held in registers
+constexpr int kPre = 16;  // splits whose partials decode_merge reads with their max and sum
 
 __host__ __device__ inline void decode_layout(int64_t len, int64_t& tps, int64_t& splits) {
   const int64_t tiles = (len + kTile - 1) / kTile;
@@ -293,6 +294,13 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
   const int64_t ps = hd + 4, nd4 = hd / 4;  // a partial: acc [hd], max, sum (16-byte rows)
   for (int64_t hl = warp; hl < G; hl += nw) {
     const float* p = scratch + (g * G + hl) * S * ps;
+    // The first kPre splits' float4 of dims 4 lane .. (c = 0 below), read with
+    // the maxima and sums: one L2 round trip before the weighted sum, not two.
+    float4 pre[kPre];
+#pragma unroll
+    for (int sp = 0; sp < kPre; ++sp)
+      if (sp < splits && lane < nd4)
+        pre[sp] = __ldcg(reinterpret_cast<const float4*>(p + sp * ps) + lane);
     float m[2], l[2], e[2];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -310,8 +318,19 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
     for (int c = 0; c < 2; ++c) {  // dims 4 (lane + 32 c) .. + 3 (hd <= 256)
       const int64_t d4 = lane + 32 * c;
       float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (c == 0) {
+#pragma unroll
+        for (int sp = 0; sp < kPre; ++sp) {
+          if (sp >= splits) break;
+          const float w = __shfl_sync(0xffffffffu, e[0], sp);
+          if (d4 < nd4) {
+            const float4 v = pre[sp];
+            a.x += v.x * w, a.y += v.y * w, a.z += v.z * w, a.w += v.w * w;
+          }
+        }
+      }
 #pragma unroll 16
-      for (int64_t sp = 0; sp < splits; ++sp) {  // every lane shuffles: no divergence
+      for (int64_t sp = c == 0 ? kPre : 0; sp < splits; ++sp) {  // every lane shuffles
         const float w = __shfl_sync(0xffffffffu, sp < 32 ? e[0] : e[1], int(sp & 31));
         if (d4 < nd4) {
           const float4 v = __ldcg(reinterpret_cast<const float4*>(p + sp * ps) + d4);
