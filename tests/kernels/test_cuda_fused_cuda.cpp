@@ -263,26 +263,14 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
       auto* done = reinterpret_cast<unsigned*>(f.zeros(1, keep));
       float* xq = f.zeros(size_t(nb * 8), keep);  // 32 int8 codes a block
       float* xd = f.zeros(size_t(nb), keep);
-      // An expert table of e entries (never dereferenced: recognizable values);
-      // prefetched, and the router copies the chosen entries to sel.
-      std::vector<cuda::ExpertPtrs> tab(static_cast<size_t>(e));
-      for (size_t i = 0; i < tab.size(); ++i)
-        for (int j = 0; j < 3; ++j)
-          tab[i].w[j] = reinterpret_cast<const void*>(0x10000 * (i + 1) + 16 * j),
-          tab[i].s[j] = reinterpret_cast<const uint8_t*>(0x10000 * (i + 1) + 16 * j + 8);
-      keep.push_back(f.gpu->alloc(tab.size() * sizeof(cuda::ExpertPtrs)));
-      auto* table = keep.back().as<cuda::ExpertPtrs>();
-      f.gpu->to_device(table, tab.data(), tab.size() * sizeof(cuda::ExpertPtrs));
-      keep.push_back(f.gpu->alloc(size_t(k) * sizeof(cuda::ExpertPtrs)));
-      auto* sel = keep.back().as<cuda::ExpertPtrs>();
+      float* table = f.zeros(300, keep);  // prefetched (1200 bytes: not whole lines)
       int32_t* ids[2];
       for (auto& p : ids)
         keep.push_back(f.gpu->alloc(size_t(k) * 4)), p = keep.back().as<int32_t>();
       f.gpu->synchronize();
       for (int q = 0; q < 2; ++q) {
         cuda::RouterQ8 q8;
-        if (q == 1)
-          q8 = {xq, xd, table, int64_t(tab.size() * sizeof(cuda::ExpertPtrs)), table, sel};
+        if (q == 1) q8 = {xq, xd, table, 1200};
         ASSERT_TRUE(cuda::router_topk(dr, dx, k, true, probs, ids[q], w, done, nullptr, dnw, 1e-6f,
                                       nullptr, q8))
             << what;
@@ -292,13 +280,6 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
       f.gpu->to_host(id0.data(), ids[0], id0.size() * 4);
       f.gpu->to_host(id1.data(), ids[1], id1.size() * 4);
       EXPECT_EQ(id0, id1) << what;
-      std::vector<cuda::ExpertPtrs> got_sel(static_cast<size_t>(k));
-      f.gpu->to_host(got_sel.data(), sel, got_sel.size() * sizeof(cuda::ExpertPtrs));
-      for (int64_t r = 0; r < k; ++r)
-        for (int j = 0; j < 3; ++j) {
-          EXPECT_EQ(got_sel[size_t(r)].w[j], tab[size_t(id1[size_t(r)])].w[j]) << what << " " << r;
-          EXPECT_EQ(got_sel[size_t(r)].s[j], tab[size_t(id1[size_t(r)])].s[j]) << what << " " << r;
-        }
       std::vector<float> v(x);
       if (norm) {
         double ss = 0;

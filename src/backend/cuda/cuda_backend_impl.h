@@ -216,9 +216,6 @@ class CudaBackend final : public Backend {
   uint64_t copies_issued_ = 0, copies_seen_done_ = 0;
   bool unified_addressing_ = false;
   Scratch prep_, q8_;
-  // The router's copy of its chosen experts' table entries ([32] cuda::ExpertPtrs,
-  // RouterQ8::sel), read by the q8 kernels of the same layer.
-  DeviceBuffer sel_;
   const Table& table_at(int table, int64_t k) const;
   // Staging the next MoE layer's predicted host experts (NormAdd::next), on
   // stage_stream_, forked from stream_ after this layer's router (which

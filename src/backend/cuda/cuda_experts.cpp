@@ -172,7 +172,6 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
   }
   t.num_experts = int64_t(views.size());
   t.ptrs = alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));
-  if (sel_.bytes() == 0) sel_ = alloc(32 * sizeof(cuda::ExpertPtrs));  // (before any recording)
   cuda_check(cudaMemcpy(t.ptrs.data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs),
                         cudaMemcpyHostToDevice),
              "upload expert table");
@@ -321,8 +320,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     const cuda::Q8XSlots xs =
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
                        hidden, intermediate);
-    rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs)), p,
-          sel_.as<cuda::ExpertPtrs>()};
+    rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
   }
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
@@ -334,7 +332,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   }
   if (skipped(kSkipExperts, 1)) return;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
-             {f.norm, f.eps, true, rq.xq != nullptr, rq.sel}))
+             {f.norm, f.eps, true, rq.xq != nullptr}))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
   moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);

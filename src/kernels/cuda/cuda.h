@@ -96,17 +96,11 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // x's 32-column blocks blockIdx.x, + gridDim.x, ... (of rmsnorm(x) with the
 // router's own 1 / rms where norm is set), and prefetches the expert table
 // into L2 before its wait (the MoE step's first dependent read).
-struct ExpertPtrs;
-// sel: the chosen experts' entries of table [e], sel[r] = table[ids[r]], so
-// that the expert kernels read them in the round trip that reads the ids
-// (Q8Fuse::sel); the last block loads the entries alongside the logits.
 struct RouterQ8 {
   void* xq = nullptr;              // [cols / 32] q8 blocks (moe_q8_x); null: none
   float* xd = nullptr;             // [cols / 32] their scales
   const void* prefetch = nullptr;  // [prefetch_bytes], brought into L2
   int64_t prefetch_bytes = 0;
-  const ExpertPtrs* table = nullptr;  // [e]; with sel
-  ExpertPtrs* sel = nullptr;          // [k]; null: none
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
@@ -269,14 +263,11 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
 // RouterQ8, normalized where it was given the norm; norm is then unused): no
 // quantize launch, and gate/up, launched right after the router, reads ids
 // only after its wait.
-// sel: the router wrote the chosen experts' table entries there (RouterQ8::sel,
-// [k] by slot): gate/up and down read them with the ids instead of the table.
 struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;
   bool accumulate = false;
   bool x_ready = false;
-  const ExpertPtrs* sel = nullptr;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

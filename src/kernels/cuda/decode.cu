@@ -180,23 +180,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   trace_mark(ts, 2);
   if (!last) return;
   __threadfence();
-  if (q8.sel) {
-    __shared__ int32_t chosen[32];
-    const bool mine = threadIdx.x < e && e <= blockDim.x;  // thread i holds entry i
-    ExpertPtrs ent;
-    if (mine) ent = load_ptrs_cg(q8.table + threadIdx.x);  // in flight with the logits
-    if (threadIdx.x < 32) {
-      const int32_t id = softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
-      if (threadIdx.x < k) chosen[threadIdx.x] = id;
-    }
-    __syncthreads();
-    for (int r = 0; r < int(k); ++r) {
-      if (mine && chosen[r] == int32_t(threadIdx.x)) q8.sel[r] = ent;
-      if (e > blockDim.x && threadIdx.x == unsigned(r)) q8.sel[r] = q8.table[chosen[r]];
-    }
-  } else if (threadIdx.x < 32) {
-    softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
-  }
+  if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
   if (threadIdx.x == 0) *done = 0;
   trace_mark(ts, 3);
 }

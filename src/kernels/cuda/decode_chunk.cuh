@@ -118,23 +118,11 @@ struct RankedExperts {
   float weight[32];
   int slot[32];
 };
-// An expert table entry read through L2 (ld.global.cg: written in this step
-// by the router, RouterQ8::sel, or by a kernel before the step).
-__device__ __forceinline__ ExpertPtrs load_ptrs_cg(const ExpertPtrs* p) {
-  static_assert(sizeof(ExpertPtrs) == 48);
-  const auto* s = reinterpret_cast<const ulonglong2*>(p);  // entries of 48 bytes: 16-byte aligned
-  const ulonglong2 a = __ldcg(s), b = __ldcg(s + 1), c = __ldcg(s + 2);
-  auto ptr = [](unsigned long long v) { return reinterpret_cast<const uint8_t*>(v); };
-  return {{ptr(a.x), ptr(a.y), ptr(b.x)}, {ptr(b.y), ptr(c.x), ptr(c.y)}};
-}
-
 // Threads j < k each rank slot j; the block syncs before anyone reads r.
 // ids and weights are read through L2 (ld.global.cg): the q8 down kernel
-// ranks before its grid_wait (decode_q8.cu, early reads). sel (or null): the
-// entries of the slots' experts (RouterQ8::sel), read with the ids.
+// ranks before its grid_wait (decode_q8.cu, early reads).
 __device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
-                                             const float* weights, int k, RankedExperts& r,
-                                             const ExpertPtrs* sel = nullptr) {
+                                             const float* weights, int k, RankedExperts& r) {
   if (threadIdx.x < k) {
     const int j = int(threadIdx.x);
     const int my = __ldcg(ids + j);
@@ -143,7 +131,7 @@ __device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int3
       const int o = __ldcg(ids + i);
       rank += o < my || (o == my && i < j);
     }
-    const ExpertPtrs ex = sel ? load_ptrs_cg(sel + j) : table[my];
+    const ExpertPtrs& ex = table[my];
     r.w[rank] = static_cast<const uint8_t*>(ex.w[2]);
     r.s[rank] = ex.s[2];
     r.weight[rank] = __ldcg(weights + j);

@@ -144,7 +144,7 @@ template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const ExpertPtrs* sel) {
+                          float* hd, int early) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     }
   };
   auto prep = [&] {
-    const ExpertPtrs ex = sel ? load_ptrs_cg(sel + slot) : table[__ldcg(ids + slot)];
+    const ExpertPtrs& ex = table[__ldcg(ids + slot)];
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 __global__ void __launch_bounds__(kDownWarps * 32)
     moe_down_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                        const Q8x* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
-                       int accumulate, int early, const ExpertPtrs* sel) {
+                       int accumulate, int early) {
   constexpr int R = kDownRows, U = kDownItems;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   const int lane = int(threadIdx.x & 31);
@@ -257,11 +257,11 @@ __global__ void __launch_bounds__(kDownWarps * 32)
       if (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk, sel);  // ids: two or three launches back
+  if (early) rank_experts(table, ids, weights, k, rk);  // ids: two or three launches back
   if (early && row0 < hidden) load(0);
   grid_wait();  // h comes from the kernel before
   grid_launch_dependents();
-  if (!early) rank_experts(table, ids, weights, k, rk, sel);
+  if (!early) rank_experts(table, ids, weights, k, rk);
   if (row0 >= hidden) return;
   if (!early) load(0);
   float acc[R];
@@ -293,7 +293,7 @@ template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                             float* out, int accumulate, int early, const ExpertPtrs* sel) {
+                             float* out, int accumulate, int early) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[R][NW];
@@ -320,10 +320,10 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk, sel), load(0);  // ids: two or three back
+  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: two or three back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  if (!early) rank_experts(table, ids, weights, k, rk, sel), load(0);
+  if (!early) rank_experts(table, ids, weights, k, rk), load(0);
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -399,26 +399,25 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.sel);
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
-           kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e,
-           fuse.sel);
+           kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
     return true;
   }
   // U items per thread and pass: all of a row's items in one pass up to 4.
   const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
-                        const float*, int64_t, int64_t, float*, int, int, const ExpertPtrs*);
+                        const float*, int64_t, int64_t, float*, int, int);
   static constexpr Down kDown[2][4] = {
       {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
        moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
       {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
        moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
   launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
-         ids, weights, k, hq, hd, hidden, inter, out, acc, e, fuse.sel);
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
 }
 
