@@ -49,12 +49,15 @@ __device__ __forceinline__ float block_rstd(const float* red_ss, int64_t cols, f
 // rstd * (w . (nw * x)) with the sum of squares of x reduced alongside the
 // rows (so each block normalizes x itself: no norm launch before it); nw's
 // first chunk is read before grid_wait too. red: [R + NORM][kMaxThreads / 32].
+// y (or null): thread r < R reads y[row0 + r] into *y_old right after the
+// wait, so the caller's accumulate costs no load after the dot.
 template <int ENC, int R, bool NORM = false, int M = 0>
 __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t* sc, int64_t rows,
                                                 int64_t row0, int64_t cols, const float* x,
                                                 const float* lut, float (*red)[kMaxThreads / 32],
                                                 const float* nw = nullptr, float eps = 0.0f,
-                                                unsigned* ts = nullptr) {
+                                                unsigned* ts = nullptr, const float* y = nullptr,
+                                                float* y_old = nullptr) {
   using C = Chunk<ENC>;
   constexpr int S = R + (NORM ? 1 : 0);  // the rows, then (NORM) x's sum of squares
   const int64_t nch = cols / C::kCols;
@@ -74,6 +77,7 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
   const unsigned slot = grid_wait<M>();  // M trace marks for the caller (ts)
   if (ts) *ts = slot;
   grid_launch_dependents();
+  if (y && threadIdx.x < R && row0 + threadIdx.x < rows) *y_old = y[row0 + threadIdx.x];
   for (int64_t i = i0; i < nch; i += blockDim.x) {
     if (i != i0) load(i);
     float xv[C::kCols];
@@ -110,12 +114,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     b -= bm;
   }
   const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = b * R;
+  float old = 0.0f;  // accumulate: y's rows, read right after the wait
   const float t =
-      block_rows_dot<ENC, R, NORM>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, g.norm, g.eps);
-  if (threadIdx.x < R && row0 + threadIdx.x < rows) {
-    float* o = g.y[m] + row0 + threadIdx.x;
-    *o = accumulate ? *o + t : t;
-  }
+      block_rows_dot<ENC, R, NORM>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, g.norm, g.eps,
+                                   nullptr, accumulate ? g.y[m] : nullptr, &old);
+  if (threadIdx.x < R && row0 + threadIdx.x < rows)
+    g.y[m][row0 + threadIdx.x] = accumulate ? old + t : t;
 }
 
 // The block's share of RouterQ8: L2 prefetches of the table's 128-byte lines

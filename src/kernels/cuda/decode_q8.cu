@@ -324,6 +324,8 @@ __global__ void __launch_bounds__(kSplitThreads)
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);
+  float old = 0.0f;  // accumulate: out's row t, read now (not after the dot)
+  if (accumulate && t < R && row0 + t < hidden) old = out[row0 + t];
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -348,7 +350,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < NW; ++j) sum += red[t][j];
-    out[row0 + t] = accumulate ? out[row0 + t] + sum : sum;
+    out[row0 + t] = accumulate ? old + sum : sum;
   }
   trace_mark(ts, 2);
 }
