@@ -346,23 +346,28 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
 }
 
 // Attention's input steps inside the decode kernel (DecodePrep), after
-// grid_wait: the block of the last split writes this token's v row of its kv
-// head to the cache and its k row (normalized, rotated) to ktmp, the tile row
-// pr when pos falls in the first tile (pr >= 0), and the cache; then the group's
-// q rows (in qs) are normalized and rotated. c: q_norm, k_norm [hd], cos, sin
-// [hd / 2] in shared memory.
-__device__ void decode_prep(float* kc, float* vc, int64_t pos, int64_t g, int hd, int64_t stride,
-                            int G, bool last, int pr, const DecodePrep& p, const float* c,
-                            float* ktmp, float* qs, float* ks, float* vs, int ld) {
+// grid_wait. decode_new_kv, by the block of the last split only, while the
+// block's q rows are read (one round trip for both): this token's v row of its
+// kv head to the cache, and its k and v rows to ktmp, the tile rows pr when pos
+// falls in the first tile (pr >= 0). Then (a sync later) decode_prep: the
+// group's q rows (in qs) and the k row are normalized and rotated, and the k
+// row written to the cache. c: q_norm, k_norm [hd], cos, sin [hd / 2] in shared
+// memory.
+__device__ __forceinline__ void decode_new_kv(float* vc, int64_t pos, int64_t g, int hd,
+                                              int64_t stride, int pr, const DecodePrep& p,
+                                              float* ktmp, float* ks, float* vs, int ld) {
   float* krow = pr >= 0 ? ks + pr * ld : ktmp;
-  if (last)
-    for (int i = int(threadIdx.x); i < hd; i += int(blockDim.x)) {
-      krow[i] = p.k_new[g * hd + i];
-      const float vv = p.v_new[g * hd + i];
-      if (pr >= 0) vs[pr * ld + i] = vv;
-      vc[pos * stride + g * hd + i] = vv;
-    }
-  __syncthreads();
+  for (int i = int(threadIdx.x); i < hd; i += int(blockDim.x)) {
+    krow[i] = p.k_new[g * hd + i];
+    const float vv = p.v_new[g * hd + i];
+    if (pr >= 0) vs[pr * ld + i] = vv;
+    vc[pos * stride + g * hd + i] = vv;
+  }
+}
+__device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t stride, int G,
+                            bool last, int pr, const DecodePrep& p, const float* c, float* ktmp,
+                            float* qs, float* ks, int ld) {
+  float* krow = pr >= 0 ? ks + pr * ld : ktmp;
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32);
   const float* qn = p.q_norm ? c : nullptr;
   const float* kn = p.k_norm ? c + hd : nullptr;
@@ -435,9 +440,10 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
   if (fused) {
-    if (one_round) t.put(ks, vs, c0, nd4, ld, 0);
-    __syncthreads();  // cs, qs and the tile written
-    decode_prep(k, v, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, vs, ld);
+    if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
+    if (one_round) t.put(ks, vs, c0, nd4, ld, 0);  // (rows below pr: not the new ones)
+    __syncthreads();  // cs, qs, the new k / v rows and the tile written
+    decode_prep(k, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, ld);
   } else {
     load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
   }
