@@ -35,6 +35,7 @@
 #                                                    configured with -DMOETIER_CUDA_TRACE=ON)
 #   bins abbin                                       decode against another binary (MB=path)
 #   abxz                                             moetier binaries in .carry/ab/*.xz side by side
+#                                                    (scripts/pack_ab.sh NAME packs this tree's)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
