@@ -156,16 +156,18 @@ TEST(CudaFused, MatmulAddMatchesCpu) {
 // (q8: the fused kernels; f32: the default composition of CUDA ops), and with
 // the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by the router,
 // MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0) and off (0: the
-// default composition).
+// default composition); and with the expert kernels taking the top-k from the
+// router's logits (MOETIER_CUDA_TOPK=experts: ids and weights written by gate/up).
 TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   REQUIRE_GPU();
   struct Case {
     int64_t experts, k, H, I;
   };
-  for (const char* fuse : {"1", "1r", "0"})
+  for (const char* fuse : {"1", "1r", "1t", "0"})
     for (const char* mode : {"q8", "f32"}) {
       EnvVar env("MOETIER_CUDA_FUSE", fuse[0] == '1' ? "1" : "0");
       EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", fuse[1] == 'r' ? "0" : "1");
+      EnvVar topk("MOETIER_CUDA_TOPK", fuse[1] == 't' ? "experts" : "router");
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);
@@ -179,7 +181,7 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
         std::vector<DeviceBuffer> keep;
         float* dnw = f.up(nw, keep);
         struct Call {
-          std::vector<float> x, ref;
+          std::vector<float> x, ref, w;
           std::vector<int32_t> ids;
           float *dp, *dw, *dx, *raw;
           int32_t* dids;
@@ -191,6 +193,7 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
           f.cpu->rmsnorm(k.x.data(), nw.data(), 1, c.H, 1e-6f, xn.data());
           k.ids.resize(size_t(c.k));
           f.cpu->route_topk(router.view, xn.data(), 1, c.k, true, p.data(), k.ids.data(), w.data());
+          k.w = w;
           const auto moe = ex.cpu_out(f, k.ids, w, xn, c.H, c.I);
           k.ref = k.x;
           for (size_t i = 0; i < moe.size(); ++i) k.ref[i] += moe[i];
@@ -217,6 +220,9 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
                                    std::to_string(c.H) + " x " + std::to_string(c.I) + " call " +
                                    std::to_string(i);
           EXPECT_EQ(gids, k.ids) << what;
+          const auto gw = f.down(k.dw, k.w.size());
+          for (size_t j = 0; j < gw.size(); ++j)
+            EXPECT_NEAR(gw[j], k.w[j], 1e-5) << what << " " << j;
           EXPECT_LE(rel_err(got, k.ref), 1e-5) << what;
           EXPECT_LE(rel_err(minus(got, k.x), minus(k.ref, k.x)), 1e-4) << what;
         }

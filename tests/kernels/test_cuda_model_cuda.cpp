@@ -317,3 +317,29 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
     EXPECT_EQ(plain->stats().prefetch.issued, 0u) << mode;
   }
 }
+
+// MOETIER_CUDA_TOPK=experts (the router writes only its logits; gate/up and
+// down take the softmax top-k themselves, with the router's arithmetic)
+// changes no bit: moetier-tiny's logits at every decode step, graphs and plain.
+TEST(CudaModel, ExpertKernelsTopkChangesNothing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  ActMode act("q8");
+  auto router = engine(dir, "cuda");
+  std::unique_ptr<Engine> experts;
+  {
+    EnvVar tk("MOETIER_CUDA_TOPK", "experts");
+    experts = engine(dir, "cuda");
+  }
+  for (const char* graphs : {"1", "0"}) {
+    EnvVar g("MOETIER_GRAPHS", graphs);
+    for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                          "It is a truth universally acknowledged, that a single man"}) {
+      const auto ids = tok.encode(p);
+      std::vector<std::vector<float>> la, lb;
+      EXPECT_EQ(greedy_steps(*experts, ids, 24, la), greedy_steps(*router, ids, 24, lb)) << p;
+      EXPECT_EQ(la, lb) << "MOETIER_GRAPHS=" << graphs << " " << p;
+    }
+  }
+}

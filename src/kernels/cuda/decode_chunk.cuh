@@ -140,4 +140,21 @@ __device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int3
   __syncthreads();
 }
 
+// rank_experts with the slots' ids in shared memory (sids [k], read after a
+// sync), their weights unused (0: the q8 down kernel's h carries them).
+__device__ __forceinline__ void rank_experts_shared(const ExpertPtrs* table, const int32_t* sids,
+                                                    int k, RankedExperts& r) {
+  if (threadIdx.x < k) {
+    const int j = int(threadIdx.x), my = sids[j];
+    int rank = 0;
+    for (int i = 0; i < k; ++i) rank += sids[i] < my || (sids[i] == my && i < j);
+    const ExpertPtrs& ex = table[my];
+    r.w[rank] = static_cast<const uint8_t*>(ex.w[2]);
+    r.s[rank] = ex.s[2];
+    r.weight[rank] = 0.0f;
+    r.slot[rank] = j;
+  }
+  __syncthreads();
+}
+
 }  // namespace moetier::cuda

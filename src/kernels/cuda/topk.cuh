@@ -92,4 +92,54 @@ __device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e
   }
 }
 
+// softmax_topk_warp's selection for any e <= 1024, by one warp, with the
+// probabilities in shared memory sp [e] instead of registers: the same
+// arithmetic in the same order (lane j's values j, j + 32, ... summed in that
+// order, then the butterflies), so the same ids and weights. Writes ids and
+// weights [k] (shared memory); no probs. The expert kernels' own top-k
+// (MOETIER_CUDA_TOPK=experts: the router writes only its logits).
+__device__ __forceinline__ void softmax_topk_shared(const float* logits, int e, int k, int renorm,
+                                                    float* sp, int32_t* ids, float* weights) {
+  const int lane = int(threadIdx.x & 31);
+  float m = -FLT_MAX;
+  for (int j = lane; j < e; j += 32) {
+    sp[j] = __ldcg(logits + j);
+    m = fmaxf(m, sp[j]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float sum = 0.0f;
+  for (int j = lane; j < e; j += 32) {
+    sp[j] = expf(sp[j] - m);
+    sum += sp[j];
+  }
+  sum = warp_sum(sum);
+  for (int j = lane; j < e; j += 32) sp[j] = sp[j] / sum;
+  __syncwarp();
+  // Keys as softmax_topk_warp's: bits + 1, NaN as 0.0, taken entries 0 (sp[j] = -1).
+  auto key = [&](int j) {
+    const float p = sp[j];
+    return p >= 0.0f ? __float_as_uint(p) + 1u : (p != p ? 1u : 0u);
+  };
+  float sel_sum = 0.0f, my_w = 0.0f;
+  int32_t my_id = 0;
+  for (int r = 0; r < k; ++r) {
+    uint32_t best = 0, id = INT32_MAX;
+    for (int j = lane; j < e; j += 32)  // ascending ids: the first maximum wins ties
+      if (key(j) > best) best = key(j), id = uint32_t(j);
+    const uint32_t top = warp_reduce_u32<true>(best);
+    const uint32_t win = warp_reduce_u32<false>(best == top ? id : 0xffffffffu);
+    __syncwarp();
+    if (int(win & 31) == lane && int(win) < e) sp[win] = -1.0f;  // taken
+    __syncwarp();
+    const float v = top ? __uint_as_float(top - 1u) : -2.0f;
+    sel_sum += v;
+    if (lane == r) my_w = v, my_id = int32_t(win);
+  }
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = renorm ? my_w / sel_sum : my_w;
+  }
+}
+
 }  // namespace moetier::cuda
