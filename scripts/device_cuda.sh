@@ -412,13 +412,18 @@ step_skipds4() {  # step_skip on the DeepSeek-shaped model of step_ds4 (64 + 512
     --layers ${DS4_LAYERS:-6} --tokenizer models/moetier-tiny -o $d 2>&1 | tail -1
   skip_arms $d 64 512
 }
+decode_tps() {  # DIR PROMPT GEN CMD...: "decode N tok/s" of CMD bench DIR, run 2 of 2
+  local dir=$1 p=$2 g=$3
+  shift 3
+  "$@" bench $dir --backend cuda --prompt-tokens $p --gen $g --runs 2 --no-probe --ctx 8448 2>&1 |
+    grep -oE "decode [0-9.]+ tok/s" | tail -1
+}
 skip_arms() {  # model dir, prompt tokens, generated tokens
   for r in 1 2; do
     for arm in ${ARMS:-none skip:qkv skip:attn skip:o skip:router skip:experts}; do
       local e=(env)
       case $arm in skip:*) e+=(MOETIER_CUDA_SKIP=${arm#skip:}) ;; env:*) local v=${arm#env:}; e+=(${v//,/ }) ;; esac
-      echo "$arm: $("${e[@]}" $M bench $1 --backend cuda --prompt-tokens $2 --gen $3 --runs 2 \
-        --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
+      echo "$arm: $(decode_tps $1 $2 $3 "${e[@]}" $M)"
     done
   done
 }
@@ -445,36 +450,25 @@ step_trace() {  # the decode timeline (MOETIER_CUDA_TRACE) of the DeepSeek-shape
     python3 scripts/trace_summary.py $OUT/trace-$name.csv 96
   done
 }
-step_abxz() {  # moetier binaries .carry/ab/*.xz (ABS: their names, default all) side by side,
-  # interleaved, two rounds: the DeepSeek-shaped model (64 + 512 tokens), an 8-layer Qwen3-shaped one
-  local d=/tmp/ds4 q=/tmp/q30-8 bins=()
-  for f in ${ABS:-$(ls .carry/ab/*.xz | xargs -n1 basename | sed 's/\.xz$//')}; do
-    xz -dc .carry/ab/$f.xz >/tmp/ab-$f && chmod +x /tmp/ab-$f && bins+=(/tmp/ab-$f)
-  done
+ab_rounds() {  # BIN...: decode of each, interleaved, two rounds, on the DeepSeek-shaped model
+  # (64 + 512 tokens) and an 8-layer Qwen3-shaped one (256 + 256)
   synth_two
-  for m in ds4:$d:64:512 q30-8:$q:256:256; do
+  for m in ds4:/tmp/ds4:64:512 q30-8:/tmp/q30-8:256:256; do
     IFS=: read -r name dir p g <<<"$m"
     for r in 1 2; do
-      for b in "${bins[@]}"; do
-        echo "$name ${b#/tmp/ab-}: $($b bench $dir --backend cuda --prompt-tokens $p --gen $g --runs 2 \
-          --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
-      done
+      for b in "$@"; do echo "$name ${b#/tmp/ab-}: $(decode_tps $dir $p $g $b)"; done
     done
   done
 }
-step_abbin() {  # this build's decode against another moetier binary ($MB), interleaved, two
-  # rounds: the DeepSeek-shaped model (64 + 512 tokens) and an 8-layer Qwen3-shaped one (256 + 256)
-  local d=/tmp/ds4 q=/tmp/q30-8
-  synth_two
-  for m in ds4:$d:64:512 q30-8:$q:256:256; do
-    IFS=: read -r name dir p g <<<"$m"
-    for r in 1 2; do
-      for b in $M ${MB:?MB: the other binary}; do
-        echo "$name $b: $($b bench $dir --backend cuda --prompt-tokens $p --gen $g --runs 2 \
-          --no-probe --ctx 8448 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1)"
-      done
-    done
+step_abxz() {  # moetier binaries .carry/ab/*.xz (ABS: their names, default all) side by side
+  local bins=()
+  for f in ${ABS:-$(ls .carry/ab/*.xz | xargs -n1 basename | sed 's/\.xz$//')}; do
+    xz -dc .carry/ab/$f.xz >/tmp/ab-$f && chmod +x /tmp/ab-$f && bins+=(/tmp/ab-$f)
   done
+  ab_rounds "${bins[@]}"
+}
+step_abbin() {  # this build's decode against another moetier binary ($MB), side by side
+  ab_rounds $M ${MB:?MB: the other binary}
 }
 step_ncu() {  # GPU time of each kernel of a few decode steps (8-layer model or $NCU_MODEL, graphs on)
   local q=${NCU_MODEL:-/tmp/q30-8}

@@ -72,6 +72,21 @@ void expect_same_greedy(Engine& cpu, Engine& gpu, const Tokenizer& tok, int64_t 
   }
 }
 
+// Two prompts through both engines, with decode graphs and without: the same
+// 24 greedy tokens and bit-identical logits at every decode step.
+void expect_same_steps(Engine& a, Engine& b, const Tokenizer& tok, const std::string& what) {
+  for (const char* graphs : {"1", "0"}) {
+    EnvVar g("MOETIER_GRAPHS", graphs);
+    for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                          "It is a truth universally acknowledged, that a single man"}) {
+      const auto ids = tok.encode(p);
+      std::vector<std::vector<float>> la, lb;
+      EXPECT_EQ(greedy_steps(a, ids, 24, la), greedy_steps(b, ids, 24, lb)) << what << " " << p;
+      EXPECT_EQ(la, lb) << what << ", MOETIER_GRAPHS=" << graphs << " " << p;
+    }
+  }
+}
+
 }  // namespace
 
 TEST(CudaModel, GoldenFixturesMatchTransformers) {
@@ -296,17 +311,7 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
     auto plain = Engine::open(dir, o);
     o.experts.prefetch = "next-layer";
     auto staged = Engine::open(dir, o);
-    for (const char* graphs : {"1", "0"}) {
-      EnvVar g("MOETIER_GRAPHS", graphs);
-      for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
-                            "It is a truth universally acknowledged, that a single man"}) {
-        const auto ids = tok.encode(p);
-        std::vector<std::vector<float>> la, lb;
-        EXPECT_EQ(greedy_steps(*staged, ids, 24, la), greedy_steps(*plain, ids, 24, lb))
-            << mode << " " << p;
-        EXPECT_EQ(la, lb) << mode << ", MOETIER_GRAPHS=" << graphs << " " << p;
-      }
-    }
+    expect_same_steps(*staged, *plain, tok, mode);
     const PrefetchCounters& c = staged->stats().prefetch;
     EXPECT_GT(c.issued, 0u) << mode;
     EXPECT_GT(c.used, 0u) << mode;
@@ -332,14 +337,5 @@ TEST(CudaModel, ExpertKernelsTopkChangesNothing) {
     EnvVar tk("MOETIER_CUDA_TOPK", "experts");
     experts = engine(dir, "cuda");
   }
-  for (const char* graphs : {"1", "0"}) {
-    EnvVar g("MOETIER_GRAPHS", graphs);
-    for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
-                          "It is a truth universally acknowledged, that a single man"}) {
-      const auto ids = tok.encode(p);
-      std::vector<std::vector<float>> la, lb;
-      EXPECT_EQ(greedy_steps(*experts, ids, 24, la), greedy_steps(*router, ids, 24, lb)) << p;
-      EXPECT_EQ(la, lb) << "MOETIER_GRAPHS=" << graphs << " " << p;
-    }
-  }
+  expect_same_steps(*experts, *router, tok, "MOETIER_CUDA_TOPK=experts");
 }

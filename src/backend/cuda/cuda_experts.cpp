@@ -337,9 +337,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   }
   if (skipped(kSkipExperts, 1)) return;
   cuda::Q8Fuse fz{f.norm, f.eps, true, rq.xq != nullptr};
-  if (logits_only)
-    fz.logits = probs, fz.e = int(router.rows), fz.renorm = renormalize, fz.ids_out = ids,
-    fz.weights_out = weights;
+  if (logits_only) fz.logits = probs, fz.e = int(router.rows), fz.renorm = renormalize;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), fz))
     return;
   check(!logits_only, "cuda: the MoE step refused the top-k the router left to it");

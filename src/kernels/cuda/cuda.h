@@ -268,9 +268,10 @@ bool moe_q8_topk_applies(int e);
 // quantize launch, and gate/up, launched right after the router, reads ids
 // only after its wait.
 // logits (with x_ready; MOETIER_CUDA_TOPK=experts): the router wrote only its
-// logits [e] there (RouterQ8::logits_only); gate/up's blocks after their wait
-// and down's before theirs each take the softmax top-k themselves
-// (softmax_topk_shared), and gate/up's block (0, 0) writes ids and weights.
+// logits [e] there (router_topk with done null); gate/up's blocks after their
+// wait and down's before theirs each take the softmax top-k themselves
+// (softmax_topk_shared: the router's arithmetic), and gate/up's block (0, 0) writes them to ids
+// and weights, which are then moe_decode_q8's outputs, not its inputs.
 struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;
@@ -279,8 +280,6 @@ struct Q8Fuse {
   const float* logits = nullptr;
   int e = 0;
   bool renorm = false;
-  int32_t* ids_out = nullptr;  // [k]: with logits, the ids and weights chosen
-  float* weights_out = nullptr;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

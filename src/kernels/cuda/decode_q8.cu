@@ -141,7 +141,8 @@ __global__ void __launch_bounds__(kQuantThreads)
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem. TK (Q8Fuse::logits, with early 0): after
 // its wait the block takes the softmax top-k of the router's logits [ne]
-// itself (warp 0, softmax_topk_shared), and block (0, 0) writes the ids and
+// itself (warp 0, softmax_topk_shared: the router's arithmetic, the same
+// bits), and block (0, 0) writes the ids and
 // weights to ids_out, w_out; ids and weights are then not read.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
 template <int NW, bool TK = false>
@@ -344,8 +345,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   auto rank = [&] {
     if constexpr (TK) {
       if (warp == 0) softmax_topk_shared(logits, ne, k, renorm, tk_p, tk_id, tk_w);
-      __syncthreads();
-      rank_experts_shared(table, tk_id, k, rk);
+      __syncthreads();  // (h carries the weights: rk's are unused)
+      rank_experts_by(
+          table, k, rk, [&](int i) { return tk_id[i]; }, [](int) { return 0.0f; });
     } else {
       rank_experts(table, ids, weights, k, rk);
     }
@@ -433,8 +435,7 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   float* xd = xs.xd;
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16, tk = fuse.logits != nullptr;
-  if (tk && !(fuse.x_ready && moe_q8_topk_applies(fuse.e) && fuse.ids_out && fuse.weights_out))
-    return false;
+  if (tk && !(fuse.x_ready && moe_q8_topk_applies(fuse.e))) return false;
   const auto gate = tk ? (wide ? moe_gate_up_q8_kernel<16, true> : moe_gate_up_q8_kernel<8, true>)
                        : (wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>);
   if (!gate_smem_ok(wide, tk)) return false;
@@ -447,8 +448,8 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   const int acc = fuse.accumulate ? 1 : 0;
   const int rn = fuse.renorm ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.logits, fuse.e, rn, fuse.ids_out,
-         fuse.weights_out);
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.logits, fuse.e, rn,
+         tk ? const_cast<int32_t*>(ids) : nullptr, tk ? const_cast<float*>(weights) : nullptr);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

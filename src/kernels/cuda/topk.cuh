@@ -97,7 +97,10 @@ __device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e
 // arithmetic in the same order (lane j's values j, j + 32, ... summed in that
 // order, then the butterflies), so the same ids and weights. Writes ids and
 // weights [k] (shared memory); no probs. The expert kernels' own top-k
-// (MOETIER_CUDA_TOPK=experts: the router writes only its logits).
+// (MOETIER_CUDA_TOPK=experts: the router writes only its logits), which do not
+// know e at compile time: softmax_topk_warp<32> there (V covering any e) took
+// down's split kernel <4, 3> to 159 registers (3 blocks an SM, not 4) and
+// spilled gate/up's (ptxas --resource-usage), this version neither.
 __device__ __forceinline__ void softmax_topk_shared(const float* logits, int e, int k, int renorm,
                                                     float* sp, int32_t* ids, float* weights) {
   const int lane = int(threadIdx.x & 31);
