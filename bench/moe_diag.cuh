@@ -40,8 +40,7 @@ __device__ __forceinline__ int dot_chunk_hi(const uint4& w, const int4 (&x)[2], 
 template <int MODE, int HI = 0>
 __global__ void __launch_bounds__(256, 3)
     diag_gate_up(const ExpertPtrs* table, const int32_t* ids, const float* weights, const Q8x* xq,
-                 const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early,
-                 const float*, int, int, int32_t*, float*) {  // (the top-k variant's: unused)
+                 const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early) {
   constexpr int NW = 8, R = 4, R2 = 8;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -136,7 +135,7 @@ template <int U, int MODE>
 __global__ void __launch_bounds__(128)
     diag_down(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
               const Q8x* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
-              int accumulate, int early, const float*, int, int) {  // (top-k: unused)
+              int accumulate, int early) {
   constexpr int NT = 128, NW = 4, R = 4;
   __shared__ RankedExperts rk;
   __shared__ float red[R][NW];

@@ -156,18 +156,16 @@ TEST(CudaFused, MatmulAddMatchesCpu) {
 // (q8: the fused kernels; f32: the default composition of CUDA ops), and with
 // the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by the router,
 // MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0) and off (0: the
-// default composition); and with the expert kernels taking the top-k from the
-// router's logits (MOETIER_CUDA_TOPK=experts: ids and weights written by gate/up).
+// default composition).
 TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   REQUIRE_GPU();
   struct Case {
     int64_t experts, k, H, I;
   };
-  for (const char* fuse : {"1", "1r", "1t", "0"})
+  for (const char* fuse : {"1", "1r", "0"})
     for (const char* mode : {"q8", "f32"}) {
       EnvVar env("MOETIER_CUDA_FUSE", fuse[0] == '1' ? "1" : "0");
       EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", fuse[1] == 'r' ? "0" : "1");
-      EnvVar topk("MOETIER_CUDA_TOPK", fuse[1] == 't' ? "experts" : "router");
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);

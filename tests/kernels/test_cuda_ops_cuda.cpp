@@ -723,8 +723,7 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_MOE_GATE", ""},
                                                         {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
-                                                        {"MOETIER_CUDA_ROUTER_Q8", "2"},
-                                                        {"MOETIER_CUDA_TOPK", "gate"}}) {
+                                                        {"MOETIER_CUDA_ROUTER_Q8", "2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
   }

@@ -134,9 +134,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  // MOETIER_CUDA_TOPK=experts: at decode the router writes only its logits and
-  // the q8 expert kernels take the softmax top-k themselves (A/B; with ROUTER_Q8=1).
-  topk_experts_ = choice("MOETIER_CUDA_TOPK", {"router", "experts"}) == "experts";
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded

@@ -175,7 +175,6 @@ class CudaBackend final : public Backend {
   int qkv_rows_ = 0;            // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
-  bool topk_experts_ = false;   // MOETIER_CUDA_TOPK=router (default) | experts (Q8Fuse::logits)
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
   // ops cost inside the graph. Tokens are meaningless then.

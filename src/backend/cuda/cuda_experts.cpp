@@ -322,25 +322,18 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                        hidden, intermediate);
     rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
   }
-  // MOETIER_CUDA_TOPK=experts: the router writes only its logits, to probs (no
-  // done counter), and the expert kernels take the top-k (gate/up writes ids and weights).
-  const bool logits_only = rq.xq && topk_experts_ && !skipped(kSkipRouter, 1) &&
-                           cuda::moe_q8_topk_applies(int(router.rows));
   if (!skipped(kSkipRouter, 1)) {
-    if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights,
-                           logits_only ? nullptr : &sync()->route_done, stream_, f.norm, f.eps, xc,
-                           rq))
+    if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
+                           stream_, f.norm, f.eps, xc, rq))
       return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden,
                            intermediate, f, stage);
     after("router_topk_rmsnorm");
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
-  cuda::Q8Fuse fz{f.norm, f.eps, true, rq.xq != nullptr};
-  if (logits_only) fz.logits = probs, fz.e = int(router.rows), fz.renorm = renormalize;
-  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), fz))
+  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
+             {f.norm, f.eps, true, rq.xq != nullptr}))
     return;
-  check(!logits_only, "cuda: the MoE step refused the top-k the router left to it");
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
   moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
   add(x, f.tmp, hidden);

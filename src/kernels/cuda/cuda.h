@@ -90,8 +90,7 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // device counter, 0 before and after (the last block to finish runs the
 // top-k). false (nothing launched) where the vector GEMV does not apply.
 // norm: the logits of rmsnorm(x, norm, eps) (each block normalizes x itself).
-// x_copy [cols] (optional) = x, written by the launch. done null: the logits
-// alone, to probs (no count, no top-k; MOETIER_CUDA_TOPK=experts, Q8Fuse::logits).
+// x_copy [cols] (optional) = x, written by the launch.
 // q8 (optional): the router also writes x's q8 blocks for the MoE step
 // (moe_decode_q8 with Q8Fuse::x_ready), each block of the router quantizing
 // x's 32-column blocks blockIdx.x, + gridDim.x, ... (of rmsnorm(x) with the
@@ -257,9 +256,6 @@ bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int
 // false (nothing launched) where it does not apply (moe_q8_applies).
 size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter);
 bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t inter);
-// Whether the q8 kernels can take the top-k of e logits themselves (Q8Fuse::logits):
-// the split down kernel is chosen, e <= 1024, gate/up's shared memory is granted.
-bool moe_q8_topk_applies(int e);
 // fuse: the step's neighbours taken in: x is normalized first (norm [hidden]
 // set: rmsnorm(x, norm, eps), in the quantize kernel) and the output added
 // to out (accumulate: out += the step, the residual add).
@@ -267,19 +263,11 @@ bool moe_q8_topk_applies(int e);
 // RouterQ8, normalized where it was given the norm; norm is then unused): no
 // quantize launch, and gate/up, launched right after the router, reads ids
 // only after its wait.
-// logits (with x_ready; MOETIER_CUDA_TOPK=experts): the router wrote only its
-// logits [e] there (router_topk with done null); gate/up's blocks after their
-// wait and down's before theirs each take the softmax top-k themselves
-// (softmax_topk_shared: the router's arithmetic), and gate/up's block (0, 0) writes them to ids
-// and weights, which are then moe_decode_q8's outputs, not its inputs.
 struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;
   bool accumulate = false;
   bool x_ready = false;
-  const float* logits = nullptr;
-  int e = 0;
-  bool renorm = false;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

@@ -179,8 +179,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     __threadfence();  // the logit is visible before the count says so
   }
   __syncthreads();
-  // done null: logits only (no block is last: the expert kernels take the top-k, Q8Fuse::logits)
-  if (threadIdx.x == 0) last = done && atomicAdd(done, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
   __syncthreads();
   trace_mark(ts, 2);
   if (!last) return;

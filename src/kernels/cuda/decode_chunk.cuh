@@ -118,34 +118,26 @@ struct RankedExperts {
   float weight[32];
   int slot[32];
 };
-// Threads j < k each rank slot j, whose expert is id(j) and routing weight
-// weight(j); the block syncs before anyone reads r.
-template <class Id, class Weight>
-__device__ __forceinline__ void rank_experts_by(const ExpertPtrs* table, int k, RankedExperts& r,
-                                                Id id, Weight weight) {
+// Threads j < k each rank slot j; the block syncs before anyone reads r.
+// ids and weights are read through L2 (ld.global.cg): the q8 down kernel
+// ranks before its grid_wait (decode_q8.cu, early reads).
+__device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
+                                             const float* weights, int k, RankedExperts& r) {
   if (threadIdx.x < k) {
     const int j = int(threadIdx.x);
-    const int my = id(j);
+    const int my = __ldcg(ids + j);
     int rank = 0;
     for (int i = 0; i < k; ++i) {
-      const int o = id(i);
+      const int o = __ldcg(ids + i);
       rank += o < my || (o == my && i < j);
     }
     const ExpertPtrs& ex = table[my];
     r.w[rank] = static_cast<const uint8_t*>(ex.w[2]);
     r.s[rank] = ex.s[2];
-    r.weight[rank] = weight(j);
+    r.weight[rank] = __ldcg(weights + j);
     r.slot[rank] = j;
   }
   __syncthreads();
-}
-// ids and weights read through L2 (ld.global.cg): the q8 down kernel ranks
-// before its grid_wait (decode_q8.cu, early reads).
-__device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
-                                             const float* weights, int k, RankedExperts& r) {
-  rank_experts_by(
-      table, k, r, [&](int i) { return __ldcg(ids + i); },
-      [&](int j) { return __ldcg(weights + j); });
 }
 
 }  // namespace moetier::cuda

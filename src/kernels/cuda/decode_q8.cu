@@ -43,7 +43,6 @@
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/q8.cuh"
-#include "kernels/cuda/topk.cuh"
 
 namespace moetier::cuda {
 namespace {
@@ -139,24 +138,16 @@ __global__ void __launch_bounds__(kQuantThreads)
 // asm's memory clobber keeps in program order; the copy writes the slot only
 // after its global read returns. x's codes of chunk i are read into registers
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
-// Dynamic shared memory: kGateSmem. TK (Q8Fuse::logits, with early 0): after
-// its wait the block takes the softmax top-k of the router's logits [ne]
-// itself (warp 0, softmax_topk_shared: the router's arithmetic, the same
-// bits), and block (0, 0) writes the ids and
-// weights to ids_out, w_out; ids and weights are then not read.
+// Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-template <int NW, bool TK = false>
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const float* logits, int ne, int renorm,
-                          int32_t* ids_out, float* w_out) {
+                          float* hd, int early) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
-  __shared__ float tk_p[TK ? 1024 : 1];  // TK: probabilities, then the chosen ids and weights
-  __shared__ int32_t tk_id[TK ? 32 : 1];
-  __shared__ float tk_w[TK ? 32 : 1];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
@@ -181,7 +172,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     }
   };
   auto prep = [&] {
-    const ExpertPtrs& ex = table[TK ? tk_id[slot] : __ldcg(ids + slot)];
+    const ExpertPtrs& ex = table[__ldcg(ids + slot)];
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
@@ -195,12 +186,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   if (early) prep();                   // ids and weights: two launches back
   const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  if constexpr (TK) {
-    if (warp == 0) softmax_topk_shared(logits, ne, int(gridDim.y), renorm, tk_p, tk_id, tk_w);
-    __syncthreads();
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < gridDim.y)
-      ids_out[threadIdx.x] = tk_id[threadIdx.x], w_out[threadIdx.x] = tk_w[threadIdx.x];
-  }
   if (!early) prep();
   float acc[R2];
 #pragma unroll
@@ -235,7 +220,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   if (warp == 0) {
     const int64_t b = int64_t(slot) * (inter / 32) + blockIdx.x;
     const float d = quantize_warp(hs[lane], hq + b);
-    if (lane == 0) hd[b] = d * (TK ? tk_w[slot] : __ldcg(weights + slot));
+    if (lane == 0) hd[b] = d * __ldcg(weights + slot);
   }
   trace_mark(ts, 2);
 }
@@ -304,20 +289,13 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 // items t + kSplitThreads u (U per pass, all of a pass loaded before any is
 // used); the warps' partial sums are added in warp order. More warps in
 // flight than the warp kernel (a warp per 2 rows) where hidden is small.
-// TK: the block takes the softmax top-k of the router's logits [ne] itself
-// (before its wait with early: the router is two launches back) and ranks
-// those ids; ids and weights are not read.
-template <int R, int U, bool TK = false>
+template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                             float* out, int accumulate, int early, const float* logits, int ne,
-                             int renorm) {
+                             float* out, int accumulate, int early) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
-  __shared__ RankedExperts rk;           // its weights are unused: h carries them
-  __shared__ float tk_p[TK ? 1024 : 1];  // TK: probabilities, then the chosen ids and weights
-  __shared__ int32_t tk_id[TK ? 32 : 1];
-  __shared__ float tk_w[TK ? 32 : 1];
+  __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[R][NW];
   const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
   const int64_t row0 = int64_t(blockIdx.x) * R;
@@ -342,20 +320,10 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  auto rank = [&] {
-    if constexpr (TK) {
-      if (warp == 0) softmax_topk_shared(logits, ne, k, renorm, tk_p, tk_id, tk_w);
-      __syncthreads();  // (h carries the weights: rk's are unused)
-      rank_experts_by(
-          table, k, rk, [&](int i) { return tk_id[i]; }, [](int) { return 0.0f; });
-    } else {
-      rank_experts(table, ids, weights, k, rk);
-    }
-  };
-  if (early) rank(), load(0);          // ids (or logits): two or three launches back
+  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: two or three back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  if (!early) rank(), load(0);
+  if (!early) rank_experts(table, ids, weights, k, rk), load(0);
   float old = 0.0f;  // accumulate: out's row t, read now (not after the dot)
   if (accumulate && t < R && row0 + t < hidden) old = out[row0 + t];
   float acc[R];
@@ -387,25 +355,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   trace_mark(ts, 2);
 }
 
-// Whether gate/up (wide: 16 warps; tk: the top-k variant) may have its
-// kGateSmem of dynamic shared memory (more than the default 48 KB), asked once.
-bool gate_smem_ok(bool wide, bool tk) {
-  auto ask = [](auto kernel) {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(kGateSmem)) == cudaSuccess;
-  };
-  static const bool ok[2][2] = {
-      {ask(moe_gate_up_q8_kernel<8>), ask(moe_gate_up_q8_kernel<16>)},
-      {ask(moe_gate_up_q8_kernel<8, true>), ask(moe_gate_up_q8_kernel<16, true>)}};
-  return ok[tk ? 1 : 0][wide ? 1 : 0];
-}
-
 }  // namespace
-
-bool moe_q8_topk_applies(int e) {
-  return g_kernels.down_rows != 0 && e >= 1 && e <= 1024 &&
-         gate_smem_ok(g_kernels.gate_warps == 16, true);
-}
 
 // x and h as q8 blocks, then their scales.
 size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter) {
@@ -434,11 +384,15 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   Q8x* hq = xq + nb;
   float* xd = xs.xd;
   float* hd = xd + nb;
-  const bool wide = g_kernels.gate_warps == 16, tk = fuse.logits != nullptr;
-  if (tk && !(fuse.x_ready && moe_q8_topk_applies(fuse.e))) return false;
-  const auto gate = tk ? (wide ? moe_gate_up_q8_kernel<16, true> : moe_gate_up_q8_kernel<8, true>)
-                       : (wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>);
-  if (!gate_smem_ok(wide, tk)) return false;
+  const bool wide = g_kernels.gate_warps == 16;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
+      // more than the default 48 KB of dynamic shared memory
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return false;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
@@ -446,10 +400,8 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   // x_ready: gate/up follows the router itself (its ids are read after the wait)
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
-  const int rn = fuse.renorm ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.logits, fuse.e, rn,
-         tk ? const_cast<int32_t*>(ids) : nullptr, tk ? const_cast<float*>(weights) : nullptr);
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
@@ -460,19 +412,14 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
-                        const float*, int64_t, int64_t, float*, int, int, const float*, int, int);
-  static constexpr Down kDown[2][2][4] = {
-      // [TK][R 2, 4][U - 1]
-      {{moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
-        moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
-       {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
-        moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}},
-      {{moe_down_q8_split_kernel<2, 1, true>, moe_down_q8_split_kernel<2, 2, true>,
-        moe_down_q8_split_kernel<2, 3, true>, moe_down_q8_split_kernel<2, 4, true>},
-       {moe_down_q8_split_kernel<4, 1, true>, moe_down_q8_split_kernel<4, 2, true>,
-        moe_down_q8_split_kernel<4, 3, true>, moe_down_q8_split_kernel<4, 4, true>}}};
-  launch(kDown[tk ? 1 : 0][R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0,
-         s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e, fuse.logits, fuse.e, rn);
+                        const float*, int64_t, int64_t, float*, int, int);
+  static constexpr Down kDown[2][4] = {
+      {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
+       moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},
+      {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
+       moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
+  launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return true;
 }
 
