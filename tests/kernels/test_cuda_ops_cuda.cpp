@@ -23,7 +23,6 @@
 #include "core/error.h"
 #include "kernels/cb3.h"
 #include "kernels/cpu/dispatch.h"
-#include "kernels/cuda/cuda.h"
 #include "kernels/cuda_fixture.h"
 #include "unit/numeric.h"
 
@@ -711,33 +710,6 @@ TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
   }
 }
 
-// The down projection inside the gate/up launch (MOETIER_CUDA_MOE_DOWN=fused1 | 2 | 4, with 8
-// and 16 gate/up warps): where it applies (asserted: the kernels report its cluster size) and
-// where it does not (hidden past 4096, h chunks not in whole clusters), against the CPU. H = 1056
-// is 33 blocks of 32 columns (528 or 264 down rows a block, not a multiple of the block's
-// threads); I = 1536 and 768 are 48 and 24 h chunks (whole clusters of 2 and 4), 96 is 3.
-TEST(CudaOps, RoutedQ8MoeFusedDownMatchesCpu) {
-  REQUIRE_GPU();
-  ActMode act("q8");
-  for (const char* gate : {"16", "8"})
-    for (const char* down : {"fused1", "fused2", "fused4", "4"}) {
-      EnvVar g("MOETIER_CUDA_MOE_GATE", gate);
-      EnvVar d("MOETIER_CUDA_MOE_DOWN", down);
-      BackendPair f;
-      std::mt19937 rng(53);
-      const std::string what = std::string("gate ") + gate + " down " + down;
-      const int want = down[0] == 'f' ? down[5] - '0' : 0;
-      for (const RoutedCase& c : {RoutedCase{8, 6, 4096, 2048}, RoutedCase{16, 8, 2048, 768},
-                                  RoutedCase{7, 5, 1056, 1536}, RoutedCase{5, 3, 2080, 96},
-                                  RoutedCase{4, 2, 6144, 512}}) {
-        const bool fits = c.H <= 4096 && (c.I / 32) % std::max(want, 1) == 0;
-        EXPECT_EQ(cuda::moe_q8_fused_down(c.k, c.H, c.I), fits ? want : 0)
-            << what << " " << c.H << " x " << c.I;
-        check_routed_q8(f, c, rng, what);
-      }
-    }
-}
-
 TEST(CudaOps, BadRequestsAreErrors) {
   REQUIRE_GPU();
   EXPECT_THROW(make_cuda_backend(cuda_device_count()), Error);
@@ -751,7 +723,6 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_MOE_GATE", ""},
                                                         {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
-                                                        {"MOETIER_CUDA_MOE_DOWN", "fused3"},
                                                         {"MOETIER_CUDA_ROUTER_Q8", "2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;

@@ -107,9 +107,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
   act_q8_ = !act || std::string(act) == "q8";
   // The q8 MoE kernels' variants (A/B; cuda::MoeQ8Kernels): MOETIER_CUDA_MOE_GATE=8 (default) |
-  // 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 (default) | fused1 | fused2 |
-  // fused4: the down kernel, a warp per 2 rows or blocks splitting 2 or 4 rows, or down inside the
-  // gate/up launch (clusters of 1, 2 or 4 blocks) and a sum kernel.
+  // 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 (default): the down kernel, a
+  // warp per 2 rows or blocks splitting 2 or 4 rows.
   cuda::MoeQ8Kernels mk;
   auto choice = [](const char* var, std::initializer_list<const char*> ok) -> std::string {
     const char* v = std::getenv(var);
@@ -123,13 +122,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   };
   if (auto v = choice("MOETIER_CUDA_MOE_GATE", {"8", "16"}); !v.empty())
     mk.gate_warps = std::stoi(v);
-  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4", "fused1", "fused2", "fused4"});
-      !v.empty()) {
-    if (v.rfind("fused", 0) == 0)
-      mk.down_cluster = v.back() - '0';
-    else
-      mk.down_rows = v == "warp" ? 0 : std::stoi(v);
-  }
+  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4"}); !v.empty())
+    mk.down_rows = v == "warp" ? 0 : std::stoi(v);
   cuda::set_moe_q8_kernels(mk);
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).

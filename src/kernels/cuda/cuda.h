@@ -283,17 +283,11 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 // (default) or 16 of 2 per block of 32 rows; down with a warp per 2 rows
 // (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows
 // (default 4: bench/moe_probe.cu, docs/cuda.md).
-// down_cluster 1, 2 or 4: the down projection inside the gate/up launch (clusters of that many
-// blocks share their h blocks; partial sums added by a sum kernel) where it applies.
 struct MoeQ8Kernels {
-  int gate_warps = 8;    // 8 | 16
-  int down_rows = 4;     // 0 | 2 | 4
-  int down_cluster = 0;  // 0 | 1 | 2 | 4
+  int gate_warps = 8;  // 8 | 16
+  int down_rows = 4;   // 0 | 2 | 4
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
-// The cluster size of the fused down that moe_decode_q8 runs for these widths with the kernels
-// set now: 0 where down_cluster is 0 or the fused down does not apply (the down kernel runs).
-int moe_q8_fused_down(int64_t k, int64_t hidden, int64_t inter);
 
 // Fused steps (kernels/cuda/fused.cu, decode.cu; Backend's fused ops). gemv_multi: y[m] [rows[m]] =
 // w[m] x for up to kMax weights of one encoding and width, one row per block (tile0: prefix sums of

@@ -36,10 +36,7 @@
 // With Q8Fuse::x_ready the router has quantized x itself (RouterQ8) and the
 // sequence is router -> gate/up -> down: gate/up, launched while the router
 // runs, reads everything after its wait; down's early reads are two back.
-#include <cooperative_groups.h>
-
 #include <algorithm>
-#include <array>
 #include <cfloat>
 
 #include "kernels/cuda/cuda.h"
@@ -129,118 +126,6 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (!early) work();
 }
 
-constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);  // gate/up's stage
-constexpr int kStage = 4 * 32 * 32;                                // its uint4 entries
-
-// The down projection inside the gate/up launch (C > 0; MOETIER_CUDA_MOE_DOWN=fused1 | fused2 |
-// fused4),
-// split over h: the gate/up blocks of one expert form clusters of C along x (h chunks cb .. cb +
-// C - 1, cb = blockIdx.x - rank), and block `rank` owns down's rows [rank RB, rank RB + RB), RB =
-// hidden / C (hidden <= kStage). It copies their codes of the cluster's C chunks (C x 16
-// contiguous bytes a row) into the stage as gate/up's passes free its slots (entry n: row n / C,
-// chunk cb + n % C; each thread its own entries of a slot, after its last read of the slot, with
-// no commit of their own, so gate/up's cp_async_wait counts stay those of its passes), then, with
-// every block's q8 h block of the cluster (exchanged through distributed shared memory), writes
-// its rows' sums over the C chunks (in chunk order) to part [k nch / C][hidden], partial p = slot
-// nch / C + cb / C. moe_down_sum_kernel adds the partials in a fixed order.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
-template <int C, int NW, int R>
-struct DownSlice {
-  static constexpr int T = NW * 32, M = C > 0 ? kStage / (C * T) : 1;  // rows a thread, at most
-  const uint4* w = nullptr;                                            // row q0's code chunk cb
-  const uint8_t* s = nullptr;                                          // its scale
-  int nch = 0, nrow = 0, pidx = 0;
-  int64_t q0 = 0;
-  unsigned issued = 0;  // the stage slots whose entries this thread has issued
-  uint32_t sv[M];       // scales of rows t + T m: chunk cb + j in byte j
-  __device__ __forceinline__ void at(const ExpertPtrs& ex, int64_t hidden, int64_t inter) {
-    const int rank = int(blockIdx.x % C), cb = int(blockIdx.x) - rank;
-    nch = int(inter / 32), nrow = int(hidden / C);
-    pidx = int(blockIdx.y) * (nch / C) + cb / C;
-    q0 = int64_t(rank) * nrow;
-    w = static_cast<const uint4*>(ex.w[2]) + q0 * nch + cb;
-    s = ex.s[2] + q0 * nch + cb;
-  }
-  __device__ __forceinline__ void issue(uint4* stage, int b, int warp, int lane) {
-    issued |= 1u << b;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int n = ((b * NW + warp) * R + r) * 32 + lane;
-      if (n < nrow * C) cp_async16(stage + n, w + int64_t(n / C) * nch + n % C);
-    }
-  }
-  // After gate/up's loop: the slots this thread's passes never freed, then the scales.
-  __device__ __forceinline__ void issue_rest(uint4* stage, int warp, int lane) {
-#pragma unroll
-    for (int b = 0; b < 4; ++b)
-      if (!(issued >> b & 1u)) issue(stage, b, warp, lane);
-    cp_async_commit();
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const int l = int(threadIdx.x) + T * m;
-      sv[m] = 0;
-      if (l < nrow)
-#pragma unroll
-        for (int j = 0; j < C; ++j) sv[m] |= uint32_t(__ldg(s + int64_t(l) * nch + j)) << (8 * j);
-    }
-  }
-  // hs [32]: this block's h rows (synced); weight: the expert's routing weight.
-  __device__ __forceinline__ void finish(uint4* stage, const float* hs, float weight, float* part,
-                                         int64_t hidden) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ __align__(16)
-        uint32_t hx[9];            // this block's h: 8 words of q8 codes, then d x weight
-    __shared__ uint32_t hc[C][9];  // the cluster's, in rank order
-    const int t = int(threadIdx.x), lane = t & 31;
-    if (t < 32) {
-      const float d = quantize_warp(hs[lane], reinterpret_cast<Q8x*>(hx));
-      if (lane == 0) hx[8] = __float_as_uint(d * weight);
-    }
-    if constexpr (C == 1) {  // no cluster: this block's own h
-      __syncthreads();
-      if (t < 9) hc[0][t] = hx[t];
-    } else {
-      cluster_sync();
-      if (t < C * 9) {
-        const auto cl = cooperative_groups::this_cluster();
-        hc[t / 9][t % 9] = *cl.map_shared_rank(hx + t % 9, unsigned(t / 9));
-      }
-      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");  // done reading theirs
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-    int4 hr[C][2];
-    float hd[C];
-#pragma unroll
-    for (int j = 0; j < C; ++j) {
-      hr[j][0] = make_int4(int(hc[j][0]), int(hc[j][1]), int(hc[j][2]), int(hc[j][3]));
-      hr[j][1] = make_int4(int(hc[j][4]), int(hc[j][5]), int(hc[j][6]), int(hc[j][7]));
-      hd[j] = __uint_as_float(hc[j][8]);
-    }
-    float* out = part + int64_t(pidx) * hidden + q0;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const int l = t + T * m;
-      if (l >= nrow) break;
-      float acc = 0.0f;
-#pragma unroll
-      for (int j = 0; j < C; ++j)
-        acc += float(dot_chunk(stage[l * C + j], hr[j])) *
-               (e8m0_half(sv[m] >> (8 * j) & 0xffu) * hd[j]);
-      out[l] = acc;
-    }
-    if constexpr (C > 1)
-      asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // before our smem goes
-#endif
-  }
-};
-
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
 // scales times the slot's routing weight. NW warps of R rows each (NW x R =
 // 32): 2R weight rows a warp (R of gate, R of up), a lane one 32-column chunk
@@ -254,21 +139,20 @@ struct DownSlice {
 // after its global read returns. x's codes of chunk i are read into registers
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
-template <int NW, int C = 0>
+constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, float* part) {
+                          float* hd, int early) {
   constexpr int R = 32 / NW, R2 = 2 * R;
-  extern __shared__ uint4 stage[];  // [4][NW][R][32]; C: then down's rows [hidden / C][C]
+  extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
   const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
-  DownSlice<C, NW, R>
-      dn;  // C: this block's rows of the expert's down matrix, the cluster's C chunks
   uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
   auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
   auto issue = [&](int i, int b, int h) {  // gate (h 0) or up (1) rows of chunk i -> slot b
@@ -292,7 +176,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
-    if constexpr (C > 0) dn.at(ex, hidden, inter);
 #pragma unroll
     for (int c = 0; c < 2; ++c)  // (0, 0), (0, 1), (1, 0), (1, 1)
 #pragma unroll
@@ -325,27 +208,19 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
       for (int r = 0; r < R; ++r)
         acc[h * R + r] +=
             float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
-      if (refill)
-        issue(i + 64, b, h);
-      else if constexpr (C > 0)  // slot b is free (this lane's last read of it is issued)
-        dn.issue(stage, b, warp, lane);
+      if (refill) issue(i + 64, b, h);
     }
     sc[0] = sn[0], sc[1] = sn[1];
   }
   trace_mark(ts, 1);
-  if constexpr (C > 0) dn.issue_rest(stage, warp, lane);
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
   const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
   if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
   __syncthreads();
-  if constexpr (C == 0) {
-    if (warp == 0) {
-      const int64_t b = int64_t(slot) * (inter / 32) + blockIdx.x;
-      const float d = quantize_warp(hs[lane], hq + b);
-      if (lane == 0) hd[b] = d * __ldcg(weights + slot);
-    }
-  } else {
-    dn.finish(stage, hs, __ldcg(weights + slot), part, hidden);
+  if (warp == 0) {
+    const int64_t b = int64_t(slot) * (inter / 32) + blockIdx.x;
+    const float d = quantize_warp(hs[lane], hq + b);
+    if (lane == 0) hd[b] = d * __ldcg(weights + slot);
   }
   trace_mark(ts, 2);
 }
@@ -480,96 +355,11 @@ __global__ void __launch_bounds__(kSplitThreads)
   trace_mark(ts, 2);
 }
 
-// out[r] = (accumulate ? out[r] : 0) + the sum of part[p][r] over p < np (the fused down's
-// partials), p in a fixed order: kSumSplit threads a row, thread j adding p = j, j + kSumSplit,
-// ... in order, then a fixed shuffle tree. With early, out (x: written before the router, three
-// launches back) is read before the wait.
-constexpr int kSumSplit = 8, kSumThreads = 256;
-__global__ void __launch_bounds__(kSumThreads)
-    moe_down_sum_kernel(const float* part, int np, int64_t hidden, float* out, int accumulate,
-                        int early) {
-  const int64_t t = int64_t(blockIdx.x) * kSumThreads + threadIdx.x, r = t / kSumSplit;
-  const int j = int(t % kSumSplit);
-  float old = 0.0f;
-  const bool mine = r < hidden && j == 0 && accumulate;
-  if (early && mine) old = __ldcg(out + r);
-  grid_wait();
-  grid_launch_dependents();
-  if (!early && mine) old = out[r];
-  float acc = 0.0f;
-  if (r < hidden) {
-#pragma unroll 8
-    for (int p = j; p < np; p += kSumSplit) acc += __ldcg(part + int64_t(p) * hidden + r);
-  }
-#pragma unroll
-  for (int o = kSumSplit / 2; o > 0; o /= 2)
-    acc += __shfl_down_sync(0xffffffffu, acc, o, kSumSplit);
-  if (r < hidden && j == 0) out[r] = old + acc;
-}
-
-using GateUp = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                        int64_t, int64_t, Q8x*, float*, int, float*);
-// The gate/up kernel for 8 or 16 warps (wide) and C (0: no down inside; 2, 4: the fused down),
-// with its kGateSmem of dynamic shared memory allowed (null where that was refused), asked once.
-GateUp gate_kernel(bool wide, int C) {
-  static const GateUp k[2][4] = {{moe_gate_up_q8_kernel<8>, moe_gate_up_q8_kernel<8, 1>,
-                                  moe_gate_up_q8_kernel<8, 2>, moe_gate_up_q8_kernel<8, 4>},
-                                 {moe_gate_up_q8_kernel<16>, moe_gate_up_q8_kernel<16, 1>,
-                                  moe_gate_up_q8_kernel<16, 2>, moe_gate_up_q8_kernel<16, 4>}};
-  static const auto ok = [] {
-    std::array<std::array<bool, 4>, 2> r{};
-    for (int w = 0; w < 2; ++w)
-      for (int c = 0; c < 4; ++c)
-        r[w][c] = cudaFuncSetAttribute(k[w][c], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(kGateSmem)) == cudaSuccess;
-    return r;
-  }();
-  const int c = C == 4 ? 3 : C == 2 ? 2 : C;
-  return ok[wide ? 1 : 0][c] ? k[wide ? 1 : 0][c] : nullptr;
-}
-
-// Whether the fused down (clusters of C) applies: an sm_90+ build, hidden within the stage, the
-// h chunks in whole clusters, and for C > 1 every cluster of the grid (k x inter / 32 blocks)
-// resident at once (cudaOccupancyMaxActiveClusters, asked once): a cluster waits for its
-// blocks, so a second wave would add a whole block's time.
-bool fused_down_applies(int C, bool wide, int64_t k, int64_t hidden, int64_t inter) {
-  if (MOETIER_CUDA_MIN_ARCH < 90 || (C != 1 && C != 2 && C != 4) || hidden > kStage ||
-      (inter / 32) % C != 0)
-    return false;
-  static const auto most = [] {  // [wide][C 1, 2, 4]: clusters resident at once (C 1: blocks)
-    std::array<std::array<int, 3>, 2> r{};
-    for (int w = 0; w < 2; ++w)
-      for (int c = 0; c < 3; ++c) {
-        const unsigned n = 1u << c;
-        const GateUp g = gate_kernel(w == 1, int(n));
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(n, 1, 1);
-        cfg.blockDim = dim3(w == 1 ? 512u : 256u, 1, 1);
-        cfg.dynamicSmemBytes = kGateSmem;
-        cudaLaunchAttribute a[1];
-        a[0].id = cudaLaunchAttributeClusterDimension;
-        a[0].val.clusterDim.x = n, a[0].val.clusterDim.y = 1, a[0].val.clusterDim.z = 1;
-        cfg.attrs = a, cfg.numAttrs = 1;
-        if (!g || cudaOccupancyMaxActiveClusters(&r[w][c], g, &cfg) != cudaSuccess) r[w][c] = 0;
-        (void)cudaGetLastError();
-      }
-    return r;
-  }();
-  const int n = most[wide ? 1 : 0][C == 4 ? 2 : C == 2 ? 1 : 0];
-  return C == 1 ? n > 0 : int64_t(n) * C >= k * (inter / 32);
-}
-
-size_t part_offset(int64_t k, int64_t hidden, int64_t inter) {
-  const size_t q = size_t(hidden / 32 + k * (inter / 32)) * (sizeof(Q8x) + sizeof(float));
-  return (q + 15) / 16 * 16;
-}
-
 }  // namespace
 
-// x and h as q8 blocks, then their scales, then (16-byte aligned) the fused down's partials
-// [k (inter / 32) / 2][hidden] (clusters of 2 or more).
+// x and h as q8 blocks, then their scales.
 size_t moe_q8_scratch_bytes(int64_t k, int64_t hidden, int64_t inter) {
-  return part_offset(k, hidden, inter) + size_t(k * (inter / 32) / 2 * hidden) * sizeof(float);
+  return size_t(hidden / 32 + k * (inter / 32)) * (sizeof(Q8x) + sizeof(float));
 }
 
 bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t inter) {
@@ -595,9 +385,14 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   float* xd = xs.xd;
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16;
-  const int C = moe_q8_fused_down(k, hidden, inter);
-  const GateUp gate = gate_kernel(wide, C);
-  if (!gate) return false;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
+      // more than the default 48 KB of dynamic shared memory
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return false;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
@@ -605,18 +400,8 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
   // x_ready: gate/up follows the router itself (its ids are read after the wait)
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
-  auto* part =
-      reinterpret_cast<float*>(static_cast<char*>(scratch) + part_offset(k, hidden, inter));
-  launch_cluster(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s,
-                 unsigned(C > 0 ? C : 1), table, ids, weights, xq, xd, hidden, inter, hq, hd,
-                 fuse.x_ready ? 0 : e, part);
-  if (C > 0) {
-    const int np = int(k * (inter / 32) / C);
-    const int64_t threads = hidden * kSumSplit;
-    launch(moe_down_sum_kernel, unsigned((threads + kSumThreads - 1) / kSumThreads), kSumThreads, 0,
-           s, part, np, hidden, out, acc, e);
-    return true;
-  }
+  launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
@@ -639,11 +424,5 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
 }
 
 void set_moe_q8_kernels(const MoeQ8Kernels& k) { g_kernels = k; }
-
-int moe_q8_fused_down(int64_t k, int64_t hidden, int64_t inter) {
-  const bool wide = g_kernels.gate_warps == 16;
-  return fused_down_applies(g_kernels.down_cluster, wide, k, hidden, inter) ? g_kernels.down_cluster
-                                                                            : 0;
-}
 
 }  // namespace moetier::cuda

@@ -142,32 +142,20 @@ __device__ __forceinline__ void grid_launch_dependents() {
 // Whether launch() asks for PDL (MOETIER_CUDA_PDL=0 turns it off; read once).
 bool pdl_enabled();
 
-// cluster > 1: thread block clusters of that many blocks along x
-// (cudaLaunchAttributeClusterDimension; sm_90+ and gridDim.x a multiple of it).
 template <typename... P, typename... A>
-void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                    unsigned cluster, A&&... args) {
-  cudaLaunchAttribute attr[2];
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed =
       MOETIER_CUDA_MIN_ARCH >= 90 && pdl_enabled() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = cluster;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = cluster > 1 ? 2 : 1;
+  cfg.numAttrs = 1;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // checked by the backend
-}
-
-template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
-  launch_cluster(kernel, grid, block, smem, s, 1u, std::forward<A>(args)...);
 }
 
 }  // namespace moetier::cuda
