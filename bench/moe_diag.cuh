@@ -12,32 +12,7 @@
 
 namespace moetier::cuda {
 
-// Gate/up candidate (HI, mode 0 only; not yet run on a GPU): the dot's shifts
-// by 16 moved from the ALU pipe to the FMA pipe as mul.hi by 2^16 (g_hi16, read
-// from memory so that ptxas cannot turn it back into a shift). HI 1: both
-// shifts of a word (ALU 5, FMA 6 a word), 2: the shift of the codes & 7 only
-// (ALU 6, FMA 5).
-__device__ uint32_t g_hi16 = 0x10000u;
-template <int HI>
-__device__ __forceinline__ int dot_chunk_hi(const uint4& w, const int4 (&x)[2], uint32_t k16) {
-  constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-  int2 s = make_int2(0, 0);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int4& xv = x[j / 2];
-    const int p0 = j % 2 ? xv.z : xv.x, p1 = j % 2 ? xv.w : xv.y;
-    const uint32_t c = ws[j], m = c & 0x77777777u;
-    const uint32_t ch = HI == 1 ? __umulhi(c, k16) : c >> 16, mh = __umulhi(m, k16);
-    s.x = __dp4a(prmt(kMag0, kMag1, c), p0, s.x);
-    s.y = __dp4a(prmt(kMag0, kMag1, m), p0, s.y);
-    s.x = __dp4a(prmt(kMag0, kMag1, ch), p1, s.x);
-    s.y = __dp4a(prmt(kMag0, kMag1, mh), p1, s.y);
-  }
-  return signed_dot(s);
-}
-
-template <int MODE, int HI = 0>
+template <int MODE>
 __global__ void __launch_bounds__(256, 3)
     diag_gate_up(const ExpertPtrs* table, const int32_t* ids, const float* weights, const Q8x* xq,
                  const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early) {
@@ -87,7 +62,6 @@ __global__ void __launch_bounds__(256, 3)
   grid_wait();
   grid_launch_dependents();
   if (!early) prep();
-  const uint32_t k16 = HI ? g_hi16 : 0u;  // once, before the loop
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -113,8 +87,7 @@ __global__ void __launch_bounds__(256, 3)
         if (MODE == 1 || MODE == 2)
           acc[h * R + r] += float((w.x ^ w.y ^ w.z ^ w.w ^ sc[h]) & 0xffu);
         else
-          acc[h * R + r] += float(HI ? dot_chunk_hi<HI>(w, xr, k16) : dot_chunk(w, xr)) *
-                            (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
+          acc[h * R + r] += float(dot_chunk(w, xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
       }
       if (refill) issue(i + 64, b, h);
     }

@@ -299,10 +299,6 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                       set_moe_q8_kernels({});
                       return ok;
                     }});
-  // moe_diag.cuh's gate/up candidates in the whole step (down as shipped).
-  const DownK down0 = diag_down_for(sh, 0);
-  arms.push_back(diag_step(m, "cand: gate/up shifts as mul.hi", diag_gate_up<0, 1>, down0));
-  arms.push_back(diag_step(m, "cand: gate/up one shift as mul.hi", diag_gate_up<0, 2>, down0));
   diag_arms(m, scratch, scratch_b, out, s);
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,

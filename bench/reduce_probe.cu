@@ -10,30 +10,33 @@
 //           kernel sums the NB partials of each row in a fixed order
 //           (deterministic), SPLIT threads a row, a warp shuffle to finish.
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 bench/reduce_probe.cu -o /tmp/reduce_probe
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
       std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      return 1;                                                                 \
-    }                                                                           \
+      return 1;                                                                       \
+    }                                                                                 \
   } while (0)
 
 constexpr int kThreads = 256;
 
 // Partial of row r in block b: a cheap function of both (not zero, not constant).
-__device__ __forceinline__ float part_of(int b, int r) { return float((b * 7 + r * 13) % 97) * 0.01f - 0.4f; }
+__device__ __forceinline__ float part_of(int b, int r) {
+  return float((b * 7 + r * 13) % 97) * 0.01f - 0.4f;
+}
 
 __global__ void __launch_bounds__(kThreads, 3) k_none(float* out, int hidden) {
   if (threadIdx.x == 0) out[blockIdx.x % hidden] = part_of(blockIdx.x, 0);
 }
 __global__ void __launch_bounds__(kThreads, 3) k_red(float* out, int hidden) {
   for (int r = threadIdx.x; r < hidden; r += kThreads)
-    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(out + r), "f"(part_of(blockIdx.x, r)) : "memory");
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(out + r), "f"(part_of(blockIdx.x, r))
+                 : "memory");
 }
 __global__ void __launch_bounds__(kThreads, 3) k_red4(float* out, int hidden) {
   for (int r = 4 * threadIdx.x; r < hidden; r += 4 * kThreads) {
@@ -96,10 +99,12 @@ int main() {
       const float pw = time_us([&] { k_part<<<nb, kThreads>>>(part, hidden); }, reps);
       auto sum = [&](auto kern, int split) {
         const int threads = 256, n = hidden * split;
-        return time_us([&] {
-          k_part<<<nb, kThreads>>>(part, hidden);
-          kern<<<(n + threads - 1) / threads, threads>>>(part, nb, hidden, out);
-        }, reps);
+        return time_us(
+            [&] {
+              k_part<<<nb, kThreads>>>(part, hidden);
+              kern<<<(n + threads - 1) / threads, threads>>>(part, nb, hidden, out);
+            },
+            reps);
       };
       const float s8 = sum(k_sum<8>, 8), s16 = sum(k_sum<16>, 16), s32 = sum(k_sum<32>, 32);
       CK(cudaDeviceSynchronize());

@@ -76,7 +76,7 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
 step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) and their instruction counts
   local p=.carry/probe/moe_probe
   [ -x $p ] || p=/tmp/moe_probe
-  for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8 split_kernelILi4ELi3 split_kernelILi4ELi2 diag_gate_upILi0ELi1E diag_gate_upILi0ELi2E}; do
+  for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8 split_kernelILi4ELi3 split_kernelILi4ELi2}; do
     local f; f=$(cuobjdump -symbols $p 2>/dev/null | grep -o "_Z[A-Za-z0-9_]*$k[A-Za-z0-9_]*" | head -1)
     [ -n "$f" ] || { echo "sass: no kernel $k"; continue; }
     cuobjdump -sass -fun "$f" $p >"$OUT/sass-$k.txt" 2>&1
