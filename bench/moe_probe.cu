@@ -17,12 +17,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/decode_q8.cu"
+#include "kernels/cuda/moe_stream.cu"
 #include "moe_diag.cuh"
 
 namespace moetier::cuda {
@@ -299,7 +301,22 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                       set_moe_q8_kernels({});
                       return ok;
                     }});
-  diag_arms(m, scratch, scratch_b, out, s);
+  unsigned* ctr;  // moe_stream_q8's two counters (0 between launches)
+  CK(cudaMalloc(&ctr, 8));
+  CK(cudaMemset(ctr, 0, 8));
+  arms.push_back(
+      {"stream (gate/up + down, one launch)", [&, ctr](int c, float* o, void* sc, cudaStream_t st) {
+         MoeQ8Kernels k;
+         k.stream = true;
+         set_moe_q8_kernels(k);
+         Q8Fuse f;
+         f.stream = ctr;
+         const bool ok = moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
+                                       xs(c), sh.H, sh.I, sc, o, true, st, f);
+         set_moe_q8_kernels({});
+         return ok;
+       }});
+  if (std::getenv("PROBE_SKIP_DIAG") == nullptr) diag_arms(m, scratch, scratch_b, out, s);
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);

@@ -684,6 +684,33 @@ TEST(CudaOps, RoutedQ8MoeMatchesCpuOnManyShapes) {
   EXPECT_TRUE(q8 && !fused) << ops;  // (fused: the f32 kernels of decode.cu)
 }
 
+// The one-launch gate/up and down (MOETIER_CUDA_MOE_STREAM=1) where it
+// applies: hidden / 32 of 64 to 256 and inter / 32 of 64 to 256 (a stage
+// holding 32 to 8 rows of gate or up, 32 to 8 of down), k x inter / 32 at its
+// limit of 640, fewer tiles than blocks (8192 x 2048, k 2: the launcher
+// shrinks the grid until the split is balanced), and a shape where it does
+// not apply (the separate kernels run). The op timing names which ran.
+TEST(CudaOps, RoutedQ8MoeStreamMatchesCpu) {
+  REQUIRE_GPU();
+  ActMode act("q8");
+  const std::string timing = ::testing::TempDir() + "moetier_q8_stream_timing.txt";
+  std::mt19937 rng(47);
+  {
+    EnvVar st("MOETIER_CUDA_MOE_STREAM", "1");
+    EnvVar t("MOETIER_CUDA_TIMING", timing);
+    BackendPair f;
+    for (const RoutedCase& c :
+         {RoutedCase{8, 6, 4096, 2048}, RoutedCase{9, 5, 2048, 2048}, RoutedCase{6, 4, 2048, 4096},
+          RoutedCase{10, 10, 2048, 2048}, RoutedCase{4, 2, 8192, 2048},
+          RoutedCase{3, 1, 2048, 8192}, RoutedCase{9, 7, 1536, 768}})
+      check_routed_q8(f, c, rng, "stream");
+  }
+  std::ifstream in(timing);
+  const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(ops.find("resident experts (q8 stream)"), std::string::npos) << ops;
+  EXPECT_NE(ops.find("resident experts (q8)\n"), std::string::npos) << ops;
+}
+
 // Every q8 kernel variant (MOETIER_CUDA_MOE_*, read when the backend is
 // made), each on the same data: long expert rows (I = 8192 with k = 8 gives
 // the down kernels 2048 (expert, chunk) items per row, more than one pass of
@@ -723,7 +750,8 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_MOE_GATE", ""},
                                                         {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
-                                                        {"MOETIER_CUDA_ROUTER_Q8", "2"}}) {
+                                                        {"MOETIER_CUDA_ROUTER_Q8", "2"},
+                                                        {"MOETIER_CUDA_MOE_STREAM", "on"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
   }

@@ -124,6 +124,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.gate_warps = std::stoi(v);
   if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4"}); !v.empty())
     mk.down_rows = v == "warp" ? 0 : std::stoi(v);
+  if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
   cuda::set_moe_q8_kernels(mk);
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).

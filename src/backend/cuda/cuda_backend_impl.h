@@ -199,6 +199,10 @@ class CudaBackend final : public Backend {
     // table [num_experts] cuda::ExpertPtrs the next call on it reads.
     size_t offset[6] = {}, bytes[6] = {}, slot_bytes = 0;
     DeviceBuffer shadow;
+    // Entries the one-launch q8 step cannot read (in host memory, or a region
+    // not 16-byte aligned): per entry, and their count (cuda::Q8Fuse::stream).
+    std::vector<uint8_t> off_stream;
+    int64_t n_off_stream = 0;
   };
   std::vector<Table> tables_;
   // update_experts: the writes, pinned (read in place by the kernel), reused
@@ -253,6 +257,7 @@ class CudaBackend final : public Backend {
     unsigned route_done;      // router_topk
     unsigned stage_done;      // router_topk of a staging prediction
     unsigned attn_done[256];  // decode attention, per kv head
+    unsigned moe_stream[2];   // moe_stream_q8: finished tiles, finished blocks
     cuda::ArgmaxScratch argmax;
   };
   DeviceBuffer sync_;  // [1] Sync

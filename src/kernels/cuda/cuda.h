@@ -263,11 +263,15 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
 // RouterQ8, normalized where it was given the norm; norm is then unused): no
 // quantize launch, and gate/up, launched right after the router, reads ids
 // only after its wait.
+// stream: two device words, 0 between launches, for the one-launch gate/up
+// and down (moe_stream_q8); null where the experts may not take it (an entry
+// in host memory, or not 16-byte aligned throughout).
 struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;
   bool accumulate = false;
   bool x_ready = false;
+  unsigned* stream = nullptr;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {
@@ -275,19 +279,35 @@ struct Q8XSlots {
   float* xd;
 };
 Q8XSlots moe_q8_x(void* scratch, int64_t k, int64_t hidden, int64_t inter);
-bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
-                   const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                   void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse = {});
+// Returns 0 where nothing was launched, 2 for the one-launch gate/up and down
+// (moe_stream_q8), 1 for the separate kernels.
+int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
+                  const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
+                  void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse = {});
 // Which q8 kernels moe_decode_q8 launches (process-wide; MOETIER_CUDA_MOE_GATE
 // and MOETIER_CUDA_MOE_DOWN, for A/B): gate/up with 8 warps of 4 rows
 // (default) or 16 of 2 per block of 32 rows; down with a warp per 2 rows
 // (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows
 // (default 4: bench/moe_probe.cu, docs/cuda.md).
+// stream (MOETIER_CUDA_MOE_STREAM=0 | 1): gate/up and down in one launch
+// (moe_stream_q8) where it applies and Q8Fuse::stream is given.
 struct MoeQ8Kernels {
   int gate_warps = 8;  // 8 | 16
   int down_rows = 4;   // 0 | 2 | 4
+  bool stream = false;
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
+// Gate/up and down of the q8 step in one persistent launch streaming the
+// experts through shared memory (kernels/cuda/moe_stream.cu): x's q8 blocks
+// (xq, xd [hidden / 32]) already written, h's (hq, hd [k, inter / 32]) its
+// scratch, counters two device words that are 0 (and left 0). Applies to
+// hidden / 32 and inter / 32 powers of two in [64, 256] and
+// k x inter / 32 <= 640, every expert's six regions 16-byte aligned in device memory, on sm_90+
+// with room for one block an SM; false (nothing launched) elsewhere.
+bool moe_stream_applies(int k, int64_t hidden, int64_t inter);
+bool moe_stream_q8(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
+                   const void* xq, const float* xd, int64_t hidden, int64_t inter, void* hq,
+                   float* hd, float* out, bool accumulate, unsigned* counters, cudaStream_t s);
 
 // Fused steps (kernels/cuda/fused.cu, decode.cu; Backend's fused ops). gemv_multi: y[m] [rows[m]] =
 // w[m] x for up to kMax weights of one encoding and width, one row per block (tile0: prefix sums of

@@ -121,10 +121,11 @@ struct RankedExperts {
 // Threads j < k each rank slot j; the block syncs before anyone reads r.
 // ids and weights are read through L2 (ld.global.cg): the q8 down kernel
 // ranks before its grid_wait (decode_q8.cu, early reads).
-__device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
-                                             const float* weights, int k, RankedExperts& r) {
-  if (threadIdx.x < k) {
-    const int j = int(threadIdx.x);
+// rank_slot: slot j < k ranked by the calling thread (no sync; rank_experts
+// is threads j < k of the block, then __syncthreads).
+__device__ __forceinline__ void rank_slot(const ExpertPtrs* table, const int32_t* ids,
+                                          const float* weights, int k, int j, RankedExperts& r) {
+  if (j < k) {
     const int my = __ldcg(ids + j);
     int rank = 0;
     for (int i = 0; i < k; ++i) {
@@ -137,6 +138,10 @@ __device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int3
     r.weight[rank] = __ldcg(weights + j);
     r.slot[rank] = j;
   }
+}
+__device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
+                                             const float* weights, int k, RankedExperts& r) {
+  rank_slot(table, ids, weights, k, int(threadIdx.x), r);
   __syncthreads();
 }
 

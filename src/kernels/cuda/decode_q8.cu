@@ -374,10 +374,10 @@ Q8XSlots moe_q8_x(void* scratch, int64_t k, int64_t hidden, int64_t inter) {
   return {xq, reinterpret_cast<float*>(xq + nb + nh)};  // [nb] scales of x, then of h
 }
 
-bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
-                   const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
-                   void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse) {
-  if (!moe_q8_applies(enc, vec, k, hidden, inter)) return false;
+int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
+                  const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
+                  void* scratch, float* out, bool early, cudaStream_t s, const Q8Fuse& fuse) {
+  if (!moe_q8_applies(enc, vec, k, hidden, inter)) return 0;
   const int64_t nb = hidden / 32;
   const Q8XSlots xs = moe_q8_x(scratch, k, hidden, inter);
   auto* xq = static_cast<Q8x*>(xs.xq);
@@ -392,12 +392,16 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
                            int(kGateSmem)) == cudaSuccess,
       cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(kGateSmem)) == cudaSuccess};
-  if (!smem_ok[wide ? 1 : 0]) return false;
+  if (!smem_ok[wide ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
            s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
   // x_ready: gate/up follows the router itself (its ids are read after the wait)
+  if (g_kernels.stream && fuse.stream &&
+      moe_stream_q8(table, ids, weights, k, xq, xd, hidden, inter, hq, hd, out, fuse.accumulate,
+                    fuse.stream, s))
+    return 2;
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
@@ -406,7 +410,7 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
            kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
-    return true;
+    return 1;
   }
   // U items per thread and pass: all of a row's items in one pass up to 4.
   const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
@@ -420,7 +424,7 @@ bool moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const 
        moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
   launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
          ids, weights, k, hq, hd, hidden, inter, out, acc, e);
-  return true;
+  return 1;
 }
 
 void set_moe_q8_kernels(const MoeQ8Kernels& k) { g_kernels = k; }
