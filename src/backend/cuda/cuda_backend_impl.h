@@ -199,10 +199,11 @@ class CudaBackend final : public Backend {
     // table [num_experts] cuda::ExpertPtrs the next call on it reads.
     size_t offset[6] = {}, bytes[6] = {}, slot_bytes = 0;
     DeviceBuffer shadow;
-    // Entries the one-launch q8 step cannot read (in host memory, or a region
-    // not 16-byte aligned): per entry, and their count (cuda::Q8Fuse::stream).
-    std::vector<uint8_t> off_stream;
-    int64_t n_off_stream = 0;
+    // Whether the one-launch q8 step may read the table (cuda::Q8Fuse::stream):
+    // every entry in device memory with its six regions 16-byte aligned when
+    // registered, and never updated since (a recorded graph keeps the kernel
+    // it chose, and update_experts may point entries at host memory).
+    bool stream_ok = false;
   };
   std::vector<Table> tables_;
   // update_experts: the writes, pinned (read in place by the kernel), reused

@@ -20,14 +20,14 @@ cuda::ExpertPtrs ptrs_of(const ExpertView& v) {
 
 bool uniform(const ExpertView& v) { return v.gate.enc == v.up.enc && v.up.enc == v.down.enc; }
 
-// Whether moe_stream_q8 cannot read the expert (host memory: host; or a
-// region not 16-byte aligned).
-uint8_t off_stream(const ExpertView& v, bool host) {
+// Whether moe_stream_q8 can read the expert: in device memory (not host),
+// every region 16-byte aligned.
+bool on_stream(const ExpertView& v, bool host) {
   const void* r[6] = {v.gate.data,   v.up.data,   v.down.data,
                       v.gate.scales, v.up.scales, v.down.scales};
   bool ok = !host;
   for (const void* p : r) ok = ok && p && aligned16(p);
-  return ok ? 0 : 1;
+  return ok;
 }
 
 bool in_host_memory(const void* p) {
@@ -186,10 +186,10 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
                         cudaMemcpyHostToDevice),
              "upload expert table");
   std::vector<uint8_t> host(views.size());
+  t.stream_ok = true;
   for (size_t e = 0; e < views.size(); ++e) {
     host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
-    t.off_stream.push_back(off_stream(views[e], host[e] != 0));
-    t.n_off_stream += t.off_stream.back();
+    t.stream_ok = t.stream_ok && on_stream(views[e], host[e] != 0);
   }
   t.host = alloc(host.size());
   t.shadow =
@@ -230,10 +230,15 @@ void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
           "cuda: expert table {}: entry {} is not 16-byte aligned", e.table, e.id);
     w[i] = {t.ptrs.as<cuda::ExpertPtrs>() + e.id, ptrs_of(e.view), t.host.as<uint8_t>() + e.id,
             uint8_t(e.host ? 1 : 0)};
-    uint8_t& off = tables_[size_t(e.table)].off_stream[size_t(e.id)];
-    const uint8_t now = off_stream(e.view, e.host);
-    tables_[size_t(e.table)].n_off_stream += int64_t(now) - int64_t(off);
-    off = now;
+  }
+  const bool recorded =
+      std::any_of(graphs_.begin(), graphs_.end(), [](cudaGraphExec_t g) { return g != nullptr; });
+  for (const ExpertTableEntry& e : entries) {  // (after every entry was checked)
+    Table& t = tables_[size_t(e.table)];
+    check(!t.stream_ok || !recorded,
+          "cuda: expert table {} updated after a decode graph recorded its one-launch MoE step",
+          e.table);
+    t.stream_ok = false;
   }
   cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
   cuda_check(cudaEventRecord(writes_done_, stream_), "table writes");
@@ -253,7 +258,7 @@ bool CudaBackend::moe_q8(const Table& t, const cuda::ExpertPtrs* p, const int32_
     return false;
   void* sq = q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate));
   cuda::Q8Fuse f = fuse;
-  f.stream = t.n_off_stream == 0 ? sync()->moe_stream : nullptr;
+  f.stream = t.stream_ok ? sync()->moe_stream : nullptr;
   const int how = cuda::moe_decode_q8(p, t.enc, t.vec, ids, weights, int(k), x, hidden,
                                       intermediate, sq, out, early, stream_, f);
   if (how == 0) {

@@ -359,7 +359,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_stream_q8_kernel(StreamArgs a
   }
   __syncthreads();
   trace_mark(ts, 2);
-  if (t == 0 && atomicAdd(a.ctr + 1, 1u) == gridDim.x - 1) a.ctr[0] = 0, a.ctr[1] = 0;
+  if (t == 0) {  // the last block resets both counts (after every block's last use of them)
+    __threadfence();
+    if (atomicAdd(a.ctr + 1, 1u) == gridDim.x - 1) a.ctr[0] = 0, a.ctr[1] = 0;
+  }
 #else
   (void)a;
   __trap();
@@ -387,13 +390,15 @@ Kernel kernel_for(int nb) {
                      : moe_stream_q8_kernel<256>;
 }
 
-// The SM count where every kernel may take its shared memory on an sm_90+
-// device, else 0 (read once).
+// The current device's SM count where it is sm_90+ and every kernel may take
+// its shared memory there, else 0 (read once per device).
 int stream_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0, major = 0;
+  static int cache[64];  // per device ordinal: 0 unread, else SMs + 1
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (cache[dev] == 0) {
+    int n = 0, major = 0;
     bool ok =
-        cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
         major >= 9;
@@ -401,9 +406,9 @@ int stream_sms() {
       ok = ok && cudaFuncSetAttribute(kernel_for(nb), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       int(kSmemMax)) == cudaSuccess;
     (void)cudaGetLastError();
-    return ok ? n : 0;
-  }();
-  return sms;
+    cache[dev] = (ok ? n : 0) + 1;
+  }
+  return cache[dev] - 1;
 }
 
 }  // namespace
