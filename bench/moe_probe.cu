@@ -312,7 +312,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
          Q8Fuse f;
          f.stream = ctr;
          const bool ok = moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
-                                       xs(c), sh.H, sh.I, sc, o, true, st, f);
+                                       xs(c), sh.H, sh.I, sc, o, true, st, f) == 2;
          set_moe_q8_kernels({});
          return ok;
        }});

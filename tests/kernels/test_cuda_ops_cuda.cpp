@@ -687,9 +687,9 @@ TEST(CudaOps, RoutedQ8MoeMatchesCpuOnManyShapes) {
 // The one-launch gate/up and down (MOETIER_CUDA_MOE_STREAM=1) where it
 // applies: hidden / 32 of 64 to 256 and inter / 32 of 64 to 256 (a stage
 // holding 32 to 8 rows of gate or up, 32 to 8 of down), k x inter / 32 at its
-// limit of 640, fewer tiles than blocks (8192 x 2048, k 2: the launcher
-// shrinks the grid until the split is balanced), and a shape where it does
-// not apply (the separate kernels run). The op timing names which ran.
+// limit of 640, fewer gate/up tiles than blocks (8192 x 2048, k 2: some
+// blocks stream down rows only), and a shape where it does not apply (the
+// separate kernels run). The op timing names which ran.
 TEST(CudaOps, RoutedQ8MoeStreamMatchesCpu) {
   REQUIRE_GPU();
   ActMode act("q8");

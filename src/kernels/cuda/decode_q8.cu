@@ -21,6 +21,8 @@
 //    the (expert, chunk) items of the k experts in ascending id order, split
 //    over its threads and added in a fixed order; with Q8Fuse::accumulate it
 //    adds them to out (the residual add: out is x).
+// With MoeQ8Kernels::stream and Q8Fuse::stream, gate/up and down are one
+// persistent launch where it applies (moe_stream.cu; off by default: slower).
 // A q8 block is its 32 int8 codes (32 bytes); the dot with 8 e2m1 codes
 // takes 4 byte permutes and 4 dp4a (q8.cuh's word_dot: twice the dot of the
 // positive codes' magnitudes less the dot of all magnitudes).

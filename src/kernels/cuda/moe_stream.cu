@@ -6,7 +6,8 @@
 // as its gate/up share is done, keeps loading its down rows' weights; only
 // their dots wait for h (a count of finished h blocks).
 //
-// Grid: G blocks, one per SM, all resident (the launcher checks occupancy).
+// Grid: G blocks, at most one per SM, all resident (stream_sms checks that
+// one block an SM fits at the largest shared memory the launch may take).
 // Block: 16 consumer warps (512 threads) and one producer warp.
 //  - Work: T = k x (inter / 32) gate/up tiles (expert slot j, 32 rows of h:
 //    32 rows of gate, 32 of up), block b taking tiles b, b + G, ...; then the
@@ -15,7 +16,8 @@
 //    (Split). Each stage is 32 KB of codes (2048 chunks of 32) and their 2 KB
 //    of e8m0 scales: RS = 2048 / nb rows of gate or up, or RD rows of one
 //    expert's down; each consumer thread dots 4 chunks a stage.
-//  - Ring protocol: NS stages, each with a full and an empty mbarrier. The
+//  - Ring protocol: ns stages (as many as fit, at most 5), each with a full
+//    and an empty mbarrier. The
 //    producer's lane 0 walks the block's stages in order: it waits until the
 //    slot's consumers released it (empty, 16 warp arrivals), arms full with
 //    the stage's bytes and issues two bulk copies (codes, scales) completing
@@ -24,9 +26,13 @@
 //  - gate/up: thread t owns chunk c = t % nb (x's q8 block c in registers)
 //    and 4 rows of each stage; its products of a tile are summed over the
 //    warp at the tile's end (a transposed butterfly) into part[tile parity]
-//    [row][warp of row]. Then (consumer barrier) warp 0 sums them in warp
-//    order, h = silu(gate) * up, quantizes the 32 values as one q8 block
-//    (scale times the slot's routing weight), fences and adds 1 to the count.
+//    [row][warp of row]. Then (consumer barrier) one warp, in turn, sums them
+//    in warp order, h = silu(gate) * up, quantizes the 32 values as one q8
+//    block (scale times the slot's routing weight) and adds 1 to the count
+//    (a release add after a syncwarp).
+//  - The producer warp ranks the experts for down (lanes j < k) after issuing
+//    its first tile; consumers read the ranks only after a down stage's full
+//    barrier, which the producer's later arrive completes (release/acquire).
 //  - down: thread t owns chunk c = t % nch and 4 rows of each stage; before
 //    its first down stage thread 0 waits (acquire) until the tile count
 //    reaches T, then the block copies all of h into shared memory. A group's
@@ -104,7 +110,8 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
 // Block b's down groups [first, end): the groups are cut so that the stages
 // before each block's first (all gate/up stages of the blocks before it plus
 // their groups) are about b / G of all. Monotone when every block's share of
-// the stages covers its gate/up stages (moe_stream_balanced).
+// the stages covers its gate/up stages (balanced(); the launcher shrinks G
+// until it holds).
 struct Split {
   int64_t tiles, spt, groups, k, g;
   __host__ __device__ int64_t tiles_before(int64_t b) const {
@@ -390,8 +397,9 @@ Kernel kernel_for(int nb) {
                      : moe_stream_q8_kernel<256>;
 }
 
-// The current device's SM count where it is sm_90+ and every kernel may take
-// its shared memory there, else 0 (read once per device).
+// The current device's SM count where it is sm_90+ and one block of every
+// kernel fits an SM at kSmemMax of shared memory (so at any launch's, which
+// takes less), else 0 (read once per device, not on every launch).
 int stream_sms() {
   static int cache[64];  // per device ordinal: 0 unread, else SMs + 1
   int dev = 0;
@@ -402,9 +410,15 @@ int stream_sms() {
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
         major >= 9;
-    for (int nb : {64, 128, 256})
-      ok = ok && cudaFuncSetAttribute(kernel_for(nb), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(kSmemMax)) == cudaSuccess;
+    for (int nb : {64, 128, 256}) {
+      int per_sm = 0;
+      ok = ok &&
+           cudaFuncSetAttribute(kernel_for(nb), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(kSmemMax)) == cudaSuccess &&
+           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(nb), kThreads,
+                                                         kSmemMax) == cudaSuccess &&
+           per_sm >= 1;
+    }
     (void)cudaGetLastError();
     cache[dev] = (ok ? n : 0) + 1;
   }
@@ -423,15 +437,7 @@ bool moe_stream_q8(const ExpertPtrs* table, const int32_t* ids, const float* wei
                    float* hd, float* out, bool accumulate, unsigned* counters, cudaStream_t s) {
   if (!counters || !moe_stream_applies(k, hidden, inter)) return false;
   const int sms = stream_sms(), nch = int(inter / 32), nb = int(hidden / 32);
-  const Kernel kern = kernel_for(nb);
-  const size_t smem = stream_smem(k, nch);
-  int per_sm = 0;
-  if (sms == 0 ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads, smem) != cudaSuccess ||
-      per_sm < 1) {
-    (void)cudaGetLastError();
-    return false;
-  }
+  if (sms == 0) return false;
   // Stages of 2048 chunks: gate/up tiles of 64 / (2048 / nb) stages, down groups of 2048 / nch
   // rows.
   Split sp{int64_t(k) * nch, 64 / (2048 / nb), hidden / (2048 / nch), k, sms};
@@ -450,7 +456,7 @@ bool moe_stream_q8(const ExpertPtrs* table, const int32_t* ids, const float* wei
                         nch,
                         accumulate ? 1 : 0,
                         stream_ns(k, nch)};
-  launch(kern, unsigned(sp.g), unsigned(kThreads), smem, s, args);
+  launch(kernel_for(nb), unsigned(sp.g), unsigned(kThreads), stream_smem(k, nch), s, args);
   return true;
 }
 
