@@ -276,7 +276,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   auto wts = [&](int c) { return m.weights + c * sh.k; };
   auto xs = [&](int c) { return m.x + size_t(c) * sh.H; };
   std::vector<Arm> arms;
-  arms.push_back({"default (gate 8 warps, down split 4 rows)",
+  arms.push_back({"default (gate 8 warps, down pair of 4 rows)",
                   [&](int c, float* o, void* sc, cudaStream_t st) {
                     return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, ids(c), wts(c), sh.k,
                                          xs(c), sh.H, sh.I, sc, o, true, st);
@@ -285,13 +285,15 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     const char* name;
     MoeQ8Kernels k;
   };
-  auto kern = [](int gate, int rows) {
+  auto kern = [](int gate, int rows, bool pair = true) {
     MoeQ8Kernels k;
-    k.gate_warps = gate, k.down_rows = rows;
+    k.gate_warps = gate, k.down_rows = rows, k.down_pair = pair;
     return k;
   };
-  const Variant kVariants[] = {
-      {"down warp", kern(8, 0)}, {"down split 2 rows", kern(8, 2)}, {"gate 16 warps", kern(16, 4)}};
+  const Variant kVariants[] = {{"down warp", kern(8, 0)},
+                               {"down split 2 rows", kern(8, 2)},
+                               {"down split 4 rows", kern(8, 4, false)},
+                               {"gate 16 warps", kern(16, 4)}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);

@@ -167,6 +167,14 @@ class Backend {
     rmsnorm(x, norm, n, ws[0].cols, eps, xn);
     matmul_multi(ws, xn, n, ys);
   }
+  // y [n, w.rows] = rmsnorm(x, norm [w.cols], eps) w^T: the final norm fused
+  // into the LM head. xn [n, w.cols] is the default's scratch (a backend that
+  // fuses the two may leave it unwritten).
+  virtual void matmul_rmsnorm(const MatView& w, const float* x, const float* norm, float eps,
+                              int64_t n, float* y, float* xn) {
+    rmsnorm(x, norm, n, w.cols, eps, xn);
+    matmul(w, xn, n, y);
+  }
   // y [n, w.rows] += x [n, w.cols] w^T: the residual add fused into its
   // producer (o_proj). tmp [n, w.rows] is the default's scratch (it may be
   // left unwritten).
@@ -312,6 +320,11 @@ class Backend {
   // from the host; graph_token(pos) waits for the replay at pos (launched
   // either way; at most the two latest are kept) and returns its *next.
   virtual void graph_record_advance(const int32_t* next) {}
+  // argmax(x, n, out), then graph_record_advance(out): a backend may do both in one launch.
+  virtual void argmax_advance(const float* x, int64_t n, int32_t* out) {
+    argmax(x, n, out);
+    graph_record_advance(out);
+  }
   virtual void graph_launch_next(int graph, int64_t pos) {}
   virtual int32_t graph_token(int64_t pos) { return -1; }
 };

@@ -65,8 +65,7 @@ bool Session::decode_graph(int32_t token, bool logits) {
     try {
       be.graph_begin(pos_, state_->capacity());
       model_->forward(one, pos_, *state_, *experts_, fo);
-      be.argmax(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
-      be.graph_record_advance(device_argmax_.as<int32_t>());
+      be.argmax_advance(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
       graph_ = be.graph_end();
     } catch (const Error&) {
       be.graph_abort();

@@ -714,8 +714,9 @@ TEST(CudaOps, RoutedQ8MoeStreamMatchesCpu) {
 // Every q8 kernel variant (MOETIER_CUDA_MOE_*, read when the backend is
 // made), each on the same data: long expert rows (I = 8192 with k = 8 gives
 // the down kernels 2048 (expert, chunk) items per row, more than one pass of
-// a block's 128 threads); H = 1056 is 33 blocks of 32 columns; 13 x 32 items
-// are 4 a thread, 3 x 3 fewer than a block has threads. The last variants
+// a block's 128 threads, where the pair kernel falls back to the split
+// one); H = 1056 is 33 blocks of 32 columns; 13 x 32 items are 4 a thread,
+// 3 x 3 fewer than a block has threads. The last variants
 // are the defaults, which later tests then use again (the choice is
 // process-wide).
 TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
@@ -726,6 +727,7 @@ TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
                                                         {"MOETIER_CUDA_MOE_DOWN", "warp"},
                                                         {"MOETIER_CUDA_MOE_GATE", "16"},
                                                         {"MOETIER_CUDA_MOE_DOWN", "4"},
+                                                        {"MOETIER_CUDA_MOE_DOWN", "pair"},
                                                         {"MOETIER_CUDA_MOE_GATE", "8"}}) {
     EnvVar e(var, value);
     BackendPair f;

@@ -8,6 +8,7 @@
 // and weights rounded to bf16), as llama.cpp and vLLM do for prefill.
 // MOETIER_CUDA_PREFILL=f32 keeps every chunk on the f32 path (tests).
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -107,8 +108,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
         "MOETIER_CUDA_ACT={}: expected q8 or f32", act ? act : "");
   act_q8_ = !act || std::string(act) == "q8";
   // The q8 MoE kernels' variants (A/B; cuda::MoeQ8Kernels): MOETIER_CUDA_MOE_GATE=8 (default) |
-  // 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 (default): the down kernel, a
-  // warp per 2 rows or blocks splitting 2 or 4 rows.
+  // 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 | pair (default): the down
+  // kernel, a warp per 2 rows, blocks splitting 2 or 4 rows, or two groups of 4 rows a block (one
+  // wave; where k x inter / 32 <= 512, else 4).
   cuda::MoeQ8Kernels mk;
   auto choice = [](const char* var, std::initializer_list<const char*> ok) -> std::string {
     const char* v = std::getenv(var);
@@ -122,8 +124,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   };
   if (auto v = choice("MOETIER_CUDA_MOE_GATE", {"8", "16"}); !v.empty())
     mk.gate_warps = std::stoi(v);
-  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4"}); !v.empty())
-    mk.down_rows = v == "warp" ? 0 : std::stoi(v);
+  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4", "pair"}); !v.empty())
+    mk.down_rows = v == "warp" ? 0 : v == "pair" ? 4 : std::stoi(v), mk.down_pair = v == "pair";
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
   cuda::set_moe_q8_kernels(mk);
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
@@ -545,6 +547,15 @@ void CudaBackend::graph_record_advance(const int32_t* next) {
   after("advance step");
 }
 
+// While recording, the argmax's last block advances the step (one launch).
+void CudaBackend::argmax_advance(const float* x, int64_t n, int32_t* out) {
+  if (!recording_) return Backend::argmax_advance(x, n, out);
+  check(n > 0, "cuda argmax of no values");
+  auto* a = step_dev_.as<StepArgs>();
+  const cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>()};
+  cuda::argmax(x, n, out, &sync()->argmax, stream_, &adv), after("argmax + advance step");
+}
+
 // No synchronize and no step arguments from the host: the replay before
 // (the same stream) left them.
 void CudaBackend::graph_launch_next(int graph, int64_t pos) {
@@ -637,6 +648,18 @@ void CudaBackend::matmul_multi_rmsnorm(std::span<const MatView> ws, const float*
       gemv_multi_one(ws, x, ys, norm, eps, qkv_rows_, stream_))
     return after("gemv_multi_rmsnorm");
   Backend::matmul_multi_rmsnorm(ws, x, norm, eps, n, ys, xn);
+}
+
+// At decode the LM head's blocks compute the final norm (no norm launch;
+// MOETIER_CUDA_FUSE=0 or a matrix the block GEMV does not take: separate ops).
+void CudaBackend::matmul_rmsnorm(const MatView& w, const float* x, const float* norm, float eps,
+                                 int64_t n, float* y, float* xn) {
+  kernels::check_matview(w, "cuda matmul");
+  const std::array<MatView, 1> ws{w};
+  const std::array<float*, 1> ys{y};
+  if (n == 1 && !legacy_decode_ && fuse_ && gemv_multi_one(ws, x, ys, norm, eps, 0, stream_))
+    return after("gemv_rmsnorm");
+  Backend::matmul_rmsnorm(w, x, norm, eps, n, y, xn);
 }
 
 // At decode the GEMV adds its rows to y (no add launch).

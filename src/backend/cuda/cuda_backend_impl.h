@@ -81,6 +81,7 @@ class CudaBackend final : public Backend {
   void graph_drop(int graph) override;
   void graph_abort() override;
   void graph_record_advance(const int32_t* next) override;
+  void argmax_advance(const float* x, int64_t n, int32_t* out) override;
   void graph_launch_next(int graph, int64_t pos) override;
   int32_t graph_token(int64_t pos) override;
   void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
@@ -98,6 +99,8 @@ class CudaBackend final : public Backend {
                     std::span<float* const> ys) override;
   void matmul_multi_rmsnorm(std::span<const MatView> ws, const float* x, const float* norm,
                             float eps, int64_t n, std::span<float* const> ys, float* xn) override;
+  void matmul_rmsnorm(const MatView& w, const float* x, const float* norm, float eps, int64_t n,
+                      float* y, float* xn) override;
   void matmul_add(const MatView& w, const float* x, int64_t n, float* y, float* tmp) override;
   void qk_norm_rope_kv(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                        int64_t n, int64_t nh, int64_t nkv, int64_t hd, float eps, int64_t pos,

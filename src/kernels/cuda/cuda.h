@@ -74,9 +74,17 @@ struct ArgmaxScratch {
   int32_t index[kArgBlocks];
   unsigned done;
 };
-void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s);
-// A decode graph's last op (Backend::graph_record_advance): *pos += 1,
-// *token = *next, and ring[old pos & 1] = *next (host-visible pinned memory).
+// A decode graph's step arguments (Backend::graph_record_advance): *pos += 1,
+// *token = the step's token, ring[old pos & 1] = it (host-visible pinned memory).
+struct StepAdvance {
+  int64_t* pos = nullptr;
+  int32_t* token = nullptr;
+  int32_t* ring = nullptr;
+};
+// adv (or null): the last block also advances the step to *out (no advance_step launch).
+void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
+            const StepAdvance* adv = nullptr);
+// A decode graph's last op (Backend::graph_record_advance): the advance with *next.
 void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring, cudaStream_t s);
 
 // Router: probs [n, e] = softmax(logits) (may alias), ids/weights [n, k] the
@@ -292,8 +300,9 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
 // stream (MOETIER_CUDA_MOE_STREAM=0 | 1): gate/up and down in one launch
 // (moe_stream_q8) where it applies and Q8Fuse::stream is given.
 struct MoeQ8Kernels {
-  int gate_warps = 8;  // 8 | 16
-  int down_rows = 4;   // 0 | 2 | 4
+  int gate_warps = 8;     // 8 | 16
+  int down_rows = 4;      // 0 | 2 | 4
+  bool down_pair = true;  // at 4 rows: two groups a block, one wave (moe_down_q8_pair_kernel)
   bool stream = false;
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);

@@ -16,11 +16,12 @@
 //    selected expert, a warp 4 rows (8 weight rows: 4 of gate, 4 of up), a lane one 32-column
 //    chunk of each, read in two passes; h = silu(gate x) * up x is quantized as one q8
 //    block, its scale times the expert's routing weight;
-//  - down: a block of 128 threads owns 4 output rows (set_moe_q8_kernels:
-//    2, or the older kernel, a warp per 2 rows) and runs one dot product over
-//    the (expert, chunk) items of the k experts in ascending id order, split
-//    over its threads and added in a fixed order; with Q8Fuse::accumulate it
-//    adds them to out (the residual add: out is x).
+//  - down: a block of 128 threads owns two groups of 4 output rows (the pair
+//    kernel, where a row's items fit one pass; set_moe_q8_kernels: one group
+//    of 4 or 2, or the older kernel, a warp per 2 rows) and runs one dot
+//    product per row over the (expert, chunk) items of the k experts in
+//    ascending id order, split over its threads and added in a fixed order;
+//    with Q8Fuse::accumulate it adds them to out (the residual add: out is x).
 // With MoeQ8Kernels::stream and Q8Fuse::stream, gate/up and down are one
 // persistent launch where it applies (moe_stream.cu; off by default: slower).
 // A q8 block is its 32 int8 codes (32 bytes); the dot with 8 e2m1 codes
@@ -357,6 +358,93 @@ __global__ void __launch_bounds__(kSplitThreads)
   trace_mark(ts, 2);
 }
 
+// The split kernel's sum for two groups of R rows a block, all of whose
+// weights are in flight before grid_wait: group b (its codes in registers,
+// as the split kernel) and group b + gridDim.x (its codes copied to shared
+// memory by cp.async, its scales in registers). One wave of half the blocks,
+// so no block of a second wave waits for a first-wave block to finish before
+// its loads start. One pass: k (inter / 32) <= kSplitThreads U.
+template <int R, int U>
+__global__ void __launch_bounds__(kSplitThreads)
+    moe_down_q8_pair_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
+                            int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
+                            float* out, int accumulate, int early) {
+  constexpr int NT = kSplitThreads, NW = NT / 32;
+  __shared__ RankedExperts rk;  // its weights are unused: h carries them
+  __shared__ float red[2][R][NW];
+  __shared__ uint4 qs[U][R][NT];  // the second group's codes
+  const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
+  const int nch = int(inter / 32), items = k * nch;
+  const int64_t rows0[2] = {int64_t(blockIdx.x) * R, int64_t(blockIdx.x + gridDim.x) * R};
+  uint4 q[U][R];
+  uint32_t s[2][U][R];
+  int ie[U], ii[U];
+  auto load = [&] {  // item t + NT u of both groups
+    int e = t / nch, i = t % nch;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      ie[u] = e, ii[u] = i;
+      if (t + NT * u < items)
+#pragma unroll
+        for (int g = 0; g < 2; ++g)
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const int64_t row = rows0[g] + r < hidden ? rows0[g] + r : 0;
+            const auto* src = reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i;
+            if (g == 0)
+              q[u][r] = __ldg(src);
+            else
+              cp_async16(&qs[u][r][t], src);
+            s[g][u][r] = __ldg(rk.s[e] + row * nch + i);
+          }
+      i += NT % nch, e += NT / nch;
+      while (i >= nch) i -= nch, ++e;
+    }
+    cp_async_commit();
+  };
+  if (early) rank_experts(table, ids, weights, k, rk), load();  // ids: two or three back
+  const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
+  grid_launch_dependents();
+  if (!early) rank_experts(table, ids, weights, k, rk), load();
+  float old[2] = {0.0f, 0.0f};  // accumulate: out's row t of each group, read now
+#pragma unroll
+  for (int g = 0; g < 2; ++g)
+    if (accumulate && t < R && rows0[g] + t < hidden) old[g] = out[rows0[g] + t];
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    if (rows0[g] >= hidden) break;  // (uniform: the block's second group may be past the end)
+    if (g == 1) cp_async_wait<0>();
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (t + NT * u >= items) break;
+      const int64_t hb = int64_t(rk.slot[ie[u]]) * nch + ii[u];
+      const float d = __ldg(hd + hb);
+      uint4 w[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) w[r] = g == 0 ? q[u][r] : qs[u][r][t];
+      int is[R];
+      dot_rows<R>(w, reinterpret_cast<const int2*>(hq + hb), is);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += float(is[r]) * (e8m0_half(s[g][u][r]) * d);
+    }
+    const float wsum = warp_rows_sum<R>(acc);
+    if (lane < R) red[g][lane][warp] = wsum;
+    __syncthreads();
+    if (t < R && rows0[g] + t < hidden) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < NW; ++j) sum += red[g][t][j];
+      out[rows0[g] + t] = accumulate ? old[g] + sum : sum;
+    }
+  }
+  cp_async_wait<0>();  // (a block with no second group: its copies land before it exits)
+  trace_mark(ts, 1);
+  trace_mark(ts, 2);
+}
+
 }  // namespace
 
 // x and h as q8 blocks, then their scales.
@@ -419,6 +507,14 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                         const float*, int64_t, int64_t, float*, int, int);
+  if (g_kernels.down_pair && R == 4 && passes <= 4) {  // two groups of 4 rows a block
+    static constexpr Down kPair[4] = {moe_down_q8_pair_kernel<4, 1>, moe_down_q8_pair_kernel<4, 2>,
+                                      moe_down_q8_pair_kernel<4, 3>, moe_down_q8_pair_kernel<4, 4>};
+    const int64_t groups = (hidden + 3) / 4;
+    launch(kPair[U - 1], unsigned((groups + 1) / 2), kSplitThreads, 0, s, table, ids, weights, k,
+           hq, hd, hidden, inter, out, acc, e);
+    return 1;
+  }
   static constexpr Down kDown[2][4] = {
       {moe_down_q8_split_kernel<2, 1>, moe_down_q8_split_kernel<2, 2>,
        moe_down_q8_split_kernel<2, 3>, moe_down_q8_split_kernel<2, 4>},

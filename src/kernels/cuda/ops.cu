@@ -108,7 +108,7 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
 // first maximum), writes its best to part; the last block to finish (counted
 // in *done, reset to 0 by it) reduces the partials in block order.
 __global__ void __launch_bounds__(kArgThreads)
-    argmax_kernel(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc) {
+    argmax_kernel(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, StepAdvance adv) {
   grid_wait();
   grid_launch_dependents();
   __shared__ float sv[kArgThreads];
@@ -132,7 +132,14 @@ __global__ void __launch_bounds__(kArgThreads)
   const bool mine = threadIdx.x < gridDim.x;
   argmax_block(mine ? __ldcg(&sc->value[threadIdx.x]) : -INFINITY,
                mine ? __ldcg(&sc->index[threadIdx.x]) : INT32_MAX, sv, si);
-  if (threadIdx.x == 0) *out = si[0], sc->done = 0;
+  if (threadIdx.x == 0) {
+    *out = si[0], sc->done = 0;
+    if (adv.pos) {  // as advance_step_kernel, after every kernel of the step (grid_wait)
+      const int64_t p = *adv.pos;
+      *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & 1] = si[0];
+      __threadfence_system();
+    }
+  }
 }
 
 }  // namespace
@@ -152,11 +159,12 @@ bool pdl_enabled() {
 PlainLaunches::PlainLaunches() { ++t_pdl_off; }
 PlainLaunches::~PlainLaunches() { --t_pdl_off; }
 
-void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s) {
+void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
+            const StepAdvance* adv) {
   const int64_t per = 16 * kArgThreads;  // values per block at the least
   const int64_t blocks = (n + per - 1) / per;
   const unsigned g = unsigned(blocks < kArgBlocks ? (blocks > 0 ? blocks : 1) : kArgBlocks);
-  launch(argmax_kernel, g, kArgThreads, 0, s, x, n, out, sc);
+  launch(argmax_kernel, g, kArgThreads, 0, s, x, n, out, sc, adv ? *adv : StepAdvance{});
 }
 
 namespace {

@@ -56,17 +56,18 @@ std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64
   kv.set_size(start_pos + n);
 
   const int64_t first = opt.all_logits ? 0 : n - 1, rows = n - first;
-  be.rmsnorm(x + first * h, final_norm_, rows, h, float(c.rms_norm_eps), xn);
+  const float eps = float(c.rms_norm_eps);
+  const float* xl = x + first * h;  // the final norm is taken in by the LM head
   if (opt.device_logits) {
-    be.matmul(lm_head_, xn, rows, opt.device_logits);
+    be.matmul_rmsnorm(lm_head_, xl, final_norm_, eps, rows, opt.device_logits, xn);
     return {};
   }
   std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));  // [rows, vocab] host
   if (be.is_host()) {
-    be.matmul(lm_head_, xn, rows, logits.data());
+    be.matmul_rmsnorm(lm_head_, xl, final_norm_, eps, rows, logits.data(), xn);
   } else {
     float* dl = ws.get(kLogits, rows * c.vocab_size);
-    be.matmul(lm_head_, xn, rows, dl);
+    be.matmul_rmsnorm(lm_head_, xl, final_norm_, eps, rows, dl, xn);
     be.to_host(logits.data(), dl, logits.size() * sizeof(float));
   }
   return logits;
