@@ -283,13 +283,7 @@ __device__ __forceinline__ void norm_rope_row(float* y, const float* w, int hd, 
 // its float4 of dims over all splits, 16 loads at a time (S <= 64).
 __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t S, int64_t splits,
                              int64_t hd, unsigned* done, float* out) {
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible before the count says so
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&done[g], 1u) == unsigned(splits - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block_arrive(&done[g], unsigned(splits))) return;  // every split's partials visible
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int64_t ps = hd + 4, nd4 = hd / 4;  // a partial: acc [hd], max, sum (16-byte rows)
   for (int64_t hl = warp; hl < G; hl += nw) {

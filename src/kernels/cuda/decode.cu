@@ -163,7 +163,6 @@ __global__ void __launch_bounds__(kMaxThreads)
                        int32_t* ids, float* weights, unsigned* done, float* xcopy, RouterQ8 q8) {
   __shared__ float lut[16];
   __shared__ float red[R + (NORM ? 1 : 0)][kMaxThreads / 32];
-  __shared__ bool last;
   if (q8.prefetch) prefetch_l2(q8);
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
@@ -174,16 +173,10 @@ __global__ void __launch_bounds__(kMaxThreads)
   trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
-  if (threadIdx.x < R && row0 + threadIdx.x < e) {
-    probs[row0 + threadIdx.x] = t;
-    __threadfence();  // the logit is visible before the count says so
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
-  __syncthreads();
+  if (threadIdx.x < R && row0 + threadIdx.x < e) probs[row0 + threadIdx.x] = t;
+  const bool last = last_block_arrive(done, gridDim.x);  // the logits visible to the last block
   trace_mark(ts, 2);
   if (!last) return;
-  __threadfence();
   if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
   if (threadIdx.x == 0) *done = 0;
   trace_mark(ts, 3);

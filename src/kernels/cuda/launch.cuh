@@ -135,6 +135,31 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #endif
 }
 
+// Whether this block is the last of n to arrive at the counter *ctr (that
+// block then resets it to 0 when done). Every thread of the block calls it;
+// what any of them wrote before the call is visible to every thread of the
+// last block after it: a barrier orders the writes before thread 0's
+// acquire-release add at gpu scope, and in the last block a barrier after
+// that add orders it before the reads (a counted semaphore, as CUTLASS's
+// barrier: one gpu-scope atomic a block, no fence in every thread).
+__device__ __forceinline__ bool last_block_arrive(unsigned* ctr, unsigned n) {
+  __shared__ unsigned last;
+  __syncthreads();
+  if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
+    unsigned old = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(ctr) : "memory");
+#else
+    __threadfence();
+    old = atomicAdd(ctr, 1u);
+    __threadfence();
+#endif
+    last = old == n - 1 ? 1u : 0u;
+  }
+  __syncthreads();
+  return last != 0;
+}
+
 #ifndef MOETIER_CUDA_MIN_ARCH
 #define MOETIER_CUDA_MIN_ARCH 0
 #endif

@@ -113,7 +113,6 @@ __global__ void __launch_bounds__(kArgThreads)
   grid_launch_dependents();
   __shared__ float sv[kArgThreads];
   __shared__ int32_t si[kArgThreads];
-  __shared__ bool last;
   const int64_t chunk = (n + gridDim.x - 1) / gridDim.x, b0 = int64_t(blockIdx.x) * chunk;
   const int64_t e = b0 + chunk < n ? b0 + chunk : n;
   float v = -INFINITY;
@@ -121,14 +120,8 @@ __global__ void __launch_bounds__(kArgThreads)
   for (int64_t i = b0 + threadIdx.x; i < e; i += blockDim.x)
     if (best == INT32_MAX || x[i] > v) v = x[i], best = int32_t(i);
   argmax_block(v, best, sv, si);
-  if (threadIdx.x == 0) {
-    sc->value[blockIdx.x] = sv[0], sc->index[blockIdx.x] = si[0];
-    __threadfence();
-    last = atomicAdd(&sc->done, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (threadIdx.x == 0) sc->value[blockIdx.x] = sv[0], sc->index[blockIdx.x] = si[0];
+  if (!last_block_arrive(&sc->done, gridDim.x)) return;
   const bool mine = threadIdx.x < gridDim.x;
   argmax_block(mine ? __ldcg(&sc->value[threadIdx.x]) : -INFINITY,
                mine ? __ldcg(&sc->index[threadIdx.x]) : INT32_MAX, sv, si);
