@@ -227,8 +227,9 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
           }};
 }
 
-// The down kernel as shipped (index 0) or moe_diag.cuh's in mode 1, 3 or 4,
-// with decode_q8.cu's items per thread for the shape.
+// The one-group split down kernel (index 0; the shipped default is the pair
+// kernel where it applies) or moe_diag.cuh's in mode 1, 3 or 4, with
+// decode_q8.cu's items per thread for the shape.
 template <int U>
 constexpr DownK kDiagDown[4] = {moe_down_q8_split_kernel<4, U>, diag_down<U, 1>, diag_down<U, 3>,
                                 diag_down<U, 4>};

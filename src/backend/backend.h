@@ -313,7 +313,8 @@ class Backend {
   // Ends a recording that failed (an op threw): nothing is kept.
   virtual void graph_abort() {}
   // Chained replays (with graphs). graph_record_advance(next), recorded as a
-  // step's last op, makes each replay leave the following step's arguments on
+  // step's last op (or argmax_advance, below, which records it with the
+  // step's argmax), makes each replay leave the following step's arguments on
   // the device (position + 1, token = *next) and *next in a host-visible slot
   // of its position; graph_launch_next(graph, pos) then replays the step at
   // pos on them, without waiting for the replay before it or sending anything

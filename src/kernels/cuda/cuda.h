@@ -84,7 +84,8 @@ struct StepAdvance {
 // adv (or null): the last block also advances the step to *out (no advance_step launch).
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv = nullptr);
-// A decode graph's last op (Backend::graph_record_advance): the advance with *next.
+// The advance with *next as a launch of its own (Backend::graph_record_advance;
+// the session records argmax_advance, which argmax with adv does in one).
 void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring, cudaStream_t s);
 
 // Router: probs [n, e] = softmax(logits) (may alias), ids/weights [n, k] the
@@ -295,8 +296,9 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
 // Which q8 kernels moe_decode_q8 launches (process-wide; MOETIER_CUDA_MOE_GATE
 // and MOETIER_CUDA_MOE_DOWN, for A/B): gate/up with 8 warps of 4 rows
 // (default) or 16 of 2 per block of 32 rows; down with a warp per 2 rows
-// (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows
-// (default 4: bench/moe_probe.cu, docs/cuda.md).
+// (down_rows 0) or a block of 128 threads splitting the items of 2 or 4 rows,
+// at 4 by default two groups of 4 rows a block (down_pair: one wave where a
+// row's items fit one pass; MOETIER_CUDA_MOE_DOWN=4 for one group; docs/cuda.md).
 // stream (MOETIER_CUDA_MOE_STREAM=0 | 1): gate/up and down in one launch
 // (moe_stream_q8) where it applies and Q8Fuse::stream is given.
 struct MoeQ8Kernels {

@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     cp_async_commit();
   };
   if (early) rank_experts(table, ids, weights, k, rk), load();  // ids: two or three back
-  const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
+  const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: group 0, end
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load();
   float old[2] = {0.0f, 0.0f};  // accumulate: out's row t of each group, read now
@@ -439,9 +439,9 @@ __global__ void __launch_bounds__(kSplitThreads)
       for (int j = 0; j < NW; ++j) sum += red[g][t][j];
       out[rows0[g] + t] = accumulate ? old[g] + sum : sum;
     }
+    if (g == 0) trace_mark(ts, 1);  // the first group's rows written
   }
   cp_async_wait<0>();  // (a block with no second group: its copies land before it exits)
-  trace_mark(ts, 1);
   trace_mark(ts, 2);
 }
 

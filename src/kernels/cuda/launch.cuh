@@ -135,8 +135,8 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #endif
 }
 
-// Whether this block is the last of n to arrive at the counter *ctr (that
-// block then resets it to 0 when done). Every thread of the block calls it;
+// Whether this block is the last of n to arrive at the counter *ctr (the
+// caller's last block resets it to 0 when done). Every thread of the block calls it;
 // what any of them wrote before the call is visible to every thread of the
 // last block after it: a barrier orders the writes before thread 0's
 // acquire-release add at gpu scope, and in the last block a barrier after

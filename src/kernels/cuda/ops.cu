@@ -106,7 +106,8 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
 
 // Block b scans x [b * chunk, (b + 1) * chunk) (each thread a strided slice,
 // first maximum), writes its best to part; the last block to finish (counted
-// in *done, reset to 0 by it) reduces the partials in block order.
+// in *done, reset to 0 by it) reduces the partials in block order and, with
+// adv, advances the decode graph's step as advance_step_kernel does.
 __global__ void __launch_bounds__(kArgThreads)
     argmax_kernel(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, StepAdvance adv) {
   grid_wait();

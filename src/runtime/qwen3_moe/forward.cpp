@@ -57,7 +57,7 @@ std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64
 
   const int64_t first = opt.all_logits ? 0 : n - 1, rows = n - first;
   const float eps = float(c.rms_norm_eps);
-  const float* xl = x + first * h;  // the final norm is taken in by the LM head
+  const float* xl = x + first * h;  // the final norm: in the LM head where the backend can
   if (opt.device_logits) {
     be.matmul_rmsnorm(lm_head_, xl, final_norm_, eps, rows, opt.device_logits, xn);
     return {};
