@@ -128,6 +128,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.down_rows = v == "warp" ? 0 : v == "pair" ? 4 : std::stoi(v), mk.down_pair = v == "pair";
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
   cuda::set_moe_q8_kernels(mk);
+  moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
   // separate launches instead of inside their consumers and producers (A/B).
   const char* fz = std::getenv("MOETIER_CUDA_FUSE");

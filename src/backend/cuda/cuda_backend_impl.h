@@ -177,6 +177,7 @@ class CudaBackend final : public Backend {
   bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
   int qkv_rows_ = 0;            // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
+  bool moe_stream_ = false;     // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
   bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
@@ -203,9 +204,9 @@ class CudaBackend final : public Backend {
     size_t offset[6] = {}, bytes[6] = {}, slot_bytes = 0;
     DeviceBuffer shadow;
     // Whether the one-launch q8 step may read the table (cuda::Q8Fuse::stream):
-    // every entry in device memory with its six regions 16-byte aligned when
-    // registered, and never updated since (a recorded graph keeps the kernel
-    // it chose, and update_experts may point entries at host memory).
+    // MOETIER_CUDA_MOE_STREAM=1 and every entry in device memory with its six regions 16-byte
+    // aligned when registered, and never updated since (a recorded graph keeps the kernel it chose,
+    // and update_experts may point entries at host memory).
     bool stream_ok = false;
   };
   std::vector<Table> tables_;

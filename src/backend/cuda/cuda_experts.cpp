@@ -186,7 +186,7 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
                         cudaMemcpyHostToDevice),
              "upload expert table");
   std::vector<uint8_t> host(views.size());
-  t.stream_ok = true;
+  t.stream_ok = moe_stream_;  // (off: no table takes it, and updates are never refused)
   for (size_t e = 0; e < views.size(); ++e) {
     host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
     t.stream_ok = t.stream_ok && on_stream(views[e], host[e] != 0);
