@@ -74,6 +74,46 @@ __global__ void read_segs(const Seg* segs, uint32_t* sink) {
   if (acc == 0x12345678u) sink[0] = acc;
 }
 
+// The L2 lines of segs [blockIdx.y] that a prefetch of predicted experts
+// would bring in: line i of n where i < n * num / den (contiguous: the first
+// rows of each matrix), or i % den < num (interleaved: a share of every
+// row). mode 0 reads their four 32-byte sectors (ld.global.cg: in L2 when the
+// kernel ends); the others only prefetch them (in flight when it ends): mode 1
+// with prefetch.global.L2 of the line's address, 2 of each sector's, 3 with a
+// 128-byte cp.async.bulk.prefetch.L2.
+__global__ void touch_lines(const Seg* segs, int num, int den, int interleaved, int mode,
+                            uint32_t* sink) {
+  const Seg sg = segs[blockIdx.y];
+  const size_t lines = sg.n16 / 8;
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < lines;
+       i += size_t(gridDim.x) * blockDim.x) {
+    if (interleaved ? int(i % size_t(den)) >= num : i * size_t(den) >= lines * size_t(num))
+      continue;
+    const uint4* p = sg.p + 8 * i;
+    if (mode == 0) {  // each 32-byte sector of the line
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc ^= __ldcg(reinterpret_cast<const uint32_t*>(p + 2 * q));
+    } else if (mode == 1) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    } else if (mode == 2) {  // each sector
+#pragma unroll
+      for (int q = 0; q < 4; ++q) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 2 * q));
+    } else {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], 128;" ::"l"(p) : "memory");
+    }
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// One block spinning for `ns` nanoseconds (the dense ops' time in a layer).
+__global__ void spin_ns(unsigned ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+}
+
 struct Shape {
   const char* name;
   int H, I, E, k, layers;
@@ -90,6 +130,7 @@ struct Model {
   float* weights = nullptr;     // [kCalls][k]
   float* x = nullptr;           // [kCalls][H]
   Seg* segs = nullptr;          // [kCalls][6k]
+  std::vector<Seg> host_segs;   // segs on the host
   size_t bytes_per_call = 0;
 };
 
@@ -152,6 +193,7 @@ Model make_model(const Shape& sh, std::mt19937& rng) {
     CK(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
   };
   up(m.ids, ids), up(m.weights, w), up(m.x, x), up(m.segs, segs);
+  m.host_segs = segs;
   return m;
 }
 
@@ -262,6 +304,64 @@ void diag_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cuda
   show("diag step, gate/up and down frames", diag_step(m, "", gates[4], diag_down_for(m.sh, 3)));
 }
 
+// Gate/up's weights (codes and scales) in L2 before the step, as an L2
+// prefetch of predicted experts during a layer's dense ops would leave them:
+// touch_lines (share num / den, contiguous or interleaved; read, or only
+// prefetched and then a gap of `gap` ns), then the default step. The step's
+// time is the pair's less the touch's alone.
+void l2_arms(const Model& m, void* scratch, size_t scratch_b, float* out, uint32_t* sink,
+             cudaStream_t s) {
+  const Shape& sh = m.sh;
+  struct L2Arm {
+    int num, den, interleaved, mode;
+    unsigned gap;
+  };
+  const L2Arm arms[] = {{1, 2, 0, 0, 0},     {1, 1, 0, 0, 0},     {1, 4, 1, 0, 0},
+                        {1, 2, 1, 0, 0},     {3, 4, 1, 0, 0},     {1, 2, 1, 1, 8000},
+                        {1, 2, 1, 1, 16000}, {1, 2, 1, 2, 16000}, {1, 2, 1, 3, 16000},
+                        {3, 4, 1, 2, 16000}};
+  for (const L2Arm& a : arms) {
+    size_t bytes = 0;  // per call
+    for (int i = 0; i < 6 * sh.k; ++i) {
+      const size_t lines = m.host_segs[size_t(i)].n16 / 8;
+      bytes += i % 6 >= 4      ? 0
+               : a.interleaved ? 128 * (lines / size_t(a.den) * size_t(a.num))
+                               : 128 * (lines * size_t(a.num) / size_t(a.den));
+    }
+    auto touch = [&m, &sh, a, sink](int c, cudaStream_t st) {
+      // gate/up's four segments of each expert: 6 a expert, the first 4
+      for (int j = 0; j < sh.k; ++j)
+        touch_lines<<<dim3(16, 4), 256, 0, st>>>(m.segs + (c * sh.k + j) * 6, a.num, a.den,
+                                                 a.interleaved, a.mode, sink);
+      if (a.gap) spin_ns<<<1, 32, 0, st>>>(a.gap);
+    };
+    const double t0 = time_arm(m,
+                               {"touch",
+                                [&](int c, float*, void*, cudaStream_t st) {
+                                  touch(c, st);
+                                  return true;
+                                }},
+                               out, scratch, scratch_b, s);
+    const double t1 =
+        time_arm(m,
+                 {"touch+step",
+                  [&](int c, float* o, void* sc, cudaStream_t st) {
+                    touch(c, st);
+                    return moe_decode_q8(m.table, WeightEncoding::MXFP4, true, m.ids + c * sh.k,
+                                         m.weights + c * sh.k, sh.k, m.x + size_t(c) * sh.H, sh.H,
+                                         sh.I, sc, o, true, st);
+                  }},
+                 out, scratch, scratch_b, s);
+    std::printf("  gate/up %d/%d %s in L2 (%.1f MB, %s%s): touch %.2f us, step %.2f us\n", a.num,
+                a.den, a.interleaved ? "interleaved" : "first rows", bytes / 1e6,
+                a.mode == 0   ? "read"
+                : a.mode == 1 ? "prefetched by line"
+                : a.mode == 2 ? "prefetched by sector"
+                              : "bulk-prefetched",
+                a.gap ? (" + " + std::to_string(a.gap) + " ns gap").c_str() : "", t0, t1 - t0);
+  }
+}
+
 void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   Model m = make_model(sh, rng);
   cudaStream_t s;
@@ -355,6 +455,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     std::printf("  %-34s %8.2f us %7.0f GB/s  %5.1f%% of copy  err %.2e\n", a.name, us,
                 m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs, err);
   }
+  l2_arms(m, scratch, scratch_b, out, sink, s);
   // Experts in pinned host memory (the mapped host tier): call 0's k experts.
   {
     std::vector<ExpertPtrs> ht = m.host_table;

@@ -106,6 +106,7 @@ json run_json(const LayerCounters& d, const Snap& s0, const Snap& s2) {
   if (p2.hints > p0.hints)  // the run's prefetch hints, and what came of them
     r["prefetch"] = {{"hints", p2.hints - p0.hints},
                      {"redundant", p2.redundant - p0.redundant},
+                     {"redundant_used", p2.redundant_used - p0.redundant_used},
                      {"issued", p2.issued - p0.issued},
                      {"used", p2.used - p0.used},
                      {"wasted", p2.wasted - p0.wasted}};

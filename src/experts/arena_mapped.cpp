@@ -211,8 +211,9 @@ void ArenaExperts::count_staged(int64_t layer, std::span<const int32_t> staged,
   for (const int32_t s : staged) {
     if (s == -1) continue;
     ++c.hints;
-    if (s <= -2) {
+    if (s <= -2) {  // already in device memory (an L2 prefetch, or nothing)
       ++c.redundant;
+      if (std::find(ids.begin(), ids.end(), -2 - s) != ids.end()) ++c.redundant_used;
       continue;
     }
     const ExpertKey k = index_.key(layer, s);

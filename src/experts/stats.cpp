@@ -71,6 +71,7 @@ nlohmann::json LayerCounters::to_json() const {
 nlohmann::json PrefetchCounters::to_json() const {
   return {{"hints", hints},
           {"redundant", redundant},
+          {"redundant_used", redundant_used},
           {"dropped", dropped},
           {"issued", issued},
           {"read_bytes", read_bytes},

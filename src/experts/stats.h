@@ -58,18 +58,19 @@ struct LayerCounters {
 
 // ExpertProvider::prefetch() accounting (docs/cache-protocol.md, "Prefetch").
 struct PrefetchCounters {
-  uint64_t hints = 0;         // distinct experts named by prefetch() calls
-  uint64_t redundant = 0;     // of those, already resident or loading
-  uint64_t dropped = 0;       // no slot the rules allow (or over the in-flight limit)
-  uint64_t issued = 0;        // loads started (storage reads and host-tier copies)
-  uint64_t read_bytes = 0;    // logical bytes of the storage reads
-  uint64_t used = 0;          // prefetched experts used before they left (accurate)
-  uint64_t late = 0;          // of those, used while still loading (the use waited)
-  uint64_t wasted = 0;        // prefetched experts that left the arena unused
-  uint64_t failed = 0;        // loads whose read failed (the experts became absent)
-  uint64_t load_ns = 0;       // loader wall time of prefetch reads
-  uint64_t used_load_ns = 0;  // the share of load_ns of the used experts
-  uint64_t wait_ns = 0;       // caller time blocked on prefetch loads (stall remaining)
+  uint64_t hints = 0;           // distinct experts named by prefetch() calls
+  uint64_t redundant = 0;       // of those, already resident or loading
+  uint64_t redundant_used = 0;  // of those, picked by the layer's router (device hints)
+  uint64_t dropped = 0;         // no slot the rules allow (or over the in-flight limit)
+  uint64_t issued = 0;          // loads started (storage reads and host-tier copies)
+  uint64_t read_bytes = 0;      // logical bytes of the storage reads
+  uint64_t used = 0;            // prefetched experts used before they left (accurate)
+  uint64_t late = 0;            // of those, used while still loading (the use waited)
+  uint64_t wasted = 0;          // prefetched experts that left the arena unused
+  uint64_t failed = 0;          // loads whose read failed (the experts became absent)
+  uint64_t load_ns = 0;         // loader wall time of prefetch reads
+  uint64_t used_load_ns = 0;    // the share of load_ns of the used experts
+  uint64_t wait_ns = 0;         // caller time blocked on prefetch loads (stall remaining)
 
   // Estimated stall saved: load time of the used prefetches minus the waits.
   uint64_t saved_ns() const { return used_load_ns > wait_ns ? used_load_ns - wait_ns : 0; }

@@ -317,3 +317,42 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
     EXPECT_EQ(plain->stats().prefetch.issued, 0u) << mode;
   }
 }
+
+// --prefetch next-layer with every expert resident and MOETIER_CUDA_STAGE=l2:
+// each decode layer's predicted experts have their gate/up lines prefetched
+// into L2 (forked after the next layer's q/k/v, or after this layer's
+// experts), nothing copied, the tables read as they are. A hint: every decode
+// step's logits bit-identical to no prefetch, on both expert paths, with and
+// without graphs; the predictions counted (all redundant, most used).
+TEST(CudaModel, L2PrefetchOfPredictedExpertsChangesNothing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  for (const char* mode : {"q8", "f32"}) {
+    ActMode act(mode);
+    EngineOptions o;
+    o.backend = "cuda";
+    o.experts.quiet = true;
+    auto plain = Engine::open(dir, o);
+    for (const char* fork : {"attention", "experts"}) {
+      EnvVar st("MOETIER_CUDA_STAGE", "l2"), fk("MOETIER_CUDA_L2_FORK", fork);
+      o.experts.prefetch = "next-layer";
+      auto l2 = Engine::open(dir, o);
+      const std::string what = std::string(mode) + ", fork " + fork;
+      for (const char* graphs : {"1", "0"}) {
+        EnvVar g("MOETIER_GRAPHS", graphs);
+        const auto ids = tok.encode("It is a truth universally acknowledged, that a single man");
+        std::vector<std::vector<float>> la, lb;
+        EXPECT_EQ(greedy_steps(*l2, ids, 24, la), greedy_steps(*plain, ids, 24, lb)) << what;
+        EXPECT_EQ(la, lb) << what << ", MOETIER_GRAPHS=" << graphs;
+      }
+      const PrefetchCounters& c = l2->stats().prefetch;
+      // 7 of 8 layers predicted per decode step, k = 8 each: 2 runs x 23 steps.
+      EXPECT_EQ(c.hints, uint64_t(2 * 23 * 7 * 8)) << what;
+      EXPECT_EQ(c.redundant, c.hints) << what;
+      EXPECT_EQ(c.issued, 0u) << what;
+      EXPECT_GT(c.redundant_used, c.hints / 2) << what;
+      EXPECT_LE(c.redundant_used, c.hints) << what;
+    }
+  }
+}

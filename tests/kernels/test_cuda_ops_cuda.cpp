@@ -610,6 +610,35 @@ TEST(CudaOps, ResidentExpertsWithTinyScalesMatchCpu) {
   }
 }
 
+// update_experts after a decode graph was recorded: refused only for a
+// table the recorded step may read through the one-launch MoE kernel
+// (MOETIER_CUDA_MOE_STREAM=1, every entry in device memory and aligned); with
+// that kernel off (the default) the same update goes through, and with it on
+// once the graph is dropped.
+TEST(CudaOps, TableUpdateAfterARecordedGraph) {
+  REQUIRE_GPU();
+  std::mt19937 rng(78);
+  for (const bool stream : {false, true}) {
+    EnvVar e("MOETIER_CUDA_MOE_STREAM", stream ? "1" : "0");
+    BackendPair f;  // (the variable is read when the backend is made)
+    const ExpertSet ex(f, WeightEncoding::MXFP4, 4, 256, 128, rng);
+    const int table = f.gpu->register_experts(ex.dev);
+    std::vector<DeviceBuffer> keep;
+    float* x = f.up(randn(256, rng), keep);
+    f.gpu->graph_begin(0, 8);
+    f.gpu->add(x, x, 256);
+    const int g = f.gpu->graph_end();
+    const Backend::ExpertTableEntry entry{table, 1, ex.dev[2], false};
+    if (stream)
+      EXPECT_THROW(f.gpu->update_experts({&entry, 1}), Error);
+    else
+      EXPECT_NO_THROW(f.gpu->update_experts({&entry, 1}));
+    f.gpu->graph_drop(g);
+    EXPECT_NO_THROW(f.gpu->update_experts({&entry, 1})) << stream;
+    f.gpu->synchronize();
+  }
+}
+
 // The q8 MoE kernels against the CPU's q8 experts, through
 // route_moe_resident: x rows of 16, 48 and 192 chunks (not all multiples of
 // 32), expert rows of 8, 24 and 72 chunks, k from 2 to 13, and the real
@@ -753,7 +782,11 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
                                                         {"MOETIER_CUDA_ROUTER_Q8", "2"},
-                                                        {"MOETIER_CUDA_MOE_STREAM", "on"}}) {
+                                                        {"MOETIER_CUDA_MOE_STREAM", "on"},
+                                                        {"MOETIER_CUDA_STAGE", "L2"},
+                                                        {"MOETIER_CUDA_L2_EIGHTHS", "9"},
+                                                        {"MOETIER_CUDA_L2_OP", "sector"},
+                                                        {"MOETIER_CUDA_L2_FORK", "router"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
   }
