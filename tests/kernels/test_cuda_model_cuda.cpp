@@ -323,7 +323,8 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
 // into L2 (forked after the next layer's q/k/v, or after this layer's
 // experts), nothing copied, the tables read as they are. A hint: every decode
 // step's logits bit-identical to no prefetch, on both expert paths, with and
-// without graphs; the predictions counted (all redundant, most used).
+// without graphs; the predictions counted (all redundant, most used). Without
+// MOETIER_CUDA_STAGE=l2 (the default, copies) nothing is predicted.
 TEST(CudaModel, L2PrefetchOfPredictedExpertsChangesNothing) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
   const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
@@ -353,6 +354,13 @@ TEST(CudaModel, L2PrefetchOfPredictedExpertsChangesNothing) {
       EXPECT_EQ(c.issued, 0u) << what;
       EXPECT_GT(c.redundant_used, c.hints / 2) << what;
       EXPECT_LE(c.redundant_used, c.hints) << what;
+    }
+    {  // the default staging copies host experts: on these tables it has nothing to do
+      o.experts.prefetch = "next-layer";
+      auto copy = Engine::open(dir, o);
+      std::vector<std::vector<float>> la;
+      greedy_steps(*copy, tok.encode("It is a truth"), 8, la);
+      EXPECT_EQ(copy->stats().prefetch.hints, 0u) << mode;
     }
   }
 }

@@ -209,6 +209,9 @@ class CudaBackend final : public Backend {
     // aligned when registered, and never updated since (a recorded graph keeps the kernel it chose,
     // and update_experts may point entries at host memory).
     bool stream_ok = false;
+    // No entry named host memory since registration (updates naming host
+    // memory clear it): staging's copies (stage_mode_ 2) have nothing to do.
+    bool all_device = true;
   };
   std::vector<Table> tables_;
   // update_experts: the writes, pinned (read in place by the kernel), reused

@@ -190,6 +190,7 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
   for (size_t e = 0; e < views.size(); ++e) {
     host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
     t.stream_ok = t.stream_ok && on_stream(views[e], host[e] != 0);
+    t.all_device = t.all_device && host[e] == 0;
   }
   t.host = alloc(host.size());
   t.shadow =
@@ -239,6 +240,7 @@ void CudaBackend::update_experts(std::span<const ExpertTableEntry> entries) {
           "cuda: expert table {} updated after a decode graph recorded its one-launch MoE step",
           e.table);
     t.stream_ok = false;
+    t.all_device = t.all_device && !e.host;
   }
   cuda::write_table_entries(w, int(entries.size()), stream_), after("expert table update");
   cuda_check(cudaEventRecord(writes_done_, stream_), "table writes");

@@ -39,8 +39,10 @@ bool CudaBackend::can_stage(const NextLayer* next, int64_t k, int64_t hidden) co
   if (!next || !next->router || next->table < 0 || size_t(next->table) >= tables_.size())
     return false;
   const Table& t = tables_[size_t(next->table)];
-  return stage_mode_ > 0 && t.slot_bytes > 0 && k >= 1 && k <= 32 && k <= t.num_experts &&
-         next->router->rows == t.num_experts && next->router->cols == hidden;
+  // (copies on a table with every entry in device memory: nothing to copy)
+  return stage_mode_ > 0 && !(stage_mode_ == 2 && t.all_device) && t.slot_bytes > 0 && k >= 1 &&
+         k <= 32 && k <= t.num_experts && next->router->rows == t.num_experts &&
+         next->router->cols == hidden;
 }
 
 void CudaBackend::stage_next(const NextLayer& next, int64_t k, bool renormalize, float eps,
