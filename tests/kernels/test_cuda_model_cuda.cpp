@@ -335,11 +335,18 @@ TEST(CudaModel, L2PrefetchOfPredictedExpertsChangesNothing) {
     o.backend = "cuda";
     o.experts.quiet = true;
     auto plain = Engine::open(dir, o);
-    for (const char* fork : {"attention", "experts"}) {
-      EnvVar st("MOETIER_CUDA_STAGE", "l2"), fk("MOETIER_CUDA_L2_FORK", fork);
+    struct Variant {
+      const char *fork, *op, *eighths;
+    };
+    for (const Variant& v : {Variant{"attention", "line", "4"}, Variant{"experts", "line", "4"},
+                             Variant{"attention", "sectors", "1"},
+                             Variant{"attention", "bulk", "8"}, Variant{"experts", "bulk", "3"}}) {
+      EnvVar st("MOETIER_CUDA_STAGE", "l2"), fk("MOETIER_CUDA_L2_FORK", v.fork),
+          op("MOETIER_CUDA_L2_OP", v.op), ei("MOETIER_CUDA_L2_EIGHTHS", v.eighths);
       o.experts.prefetch = "next-layer";
       auto l2 = Engine::open(dir, o);
-      const std::string what = std::string(mode) + ", fork " + fork;
+      const std::string what =
+          std::string(mode) + ", fork " + v.fork + ", " + v.op + ", " + v.eighths + "/8";
       for (const char* graphs : {"1", "0"}) {
         EnvVar g("MOETIER_GRAPHS", graphs);
         const auto ids = tok.encode("It is a truth universally acknowledged, that a single man");

@@ -211,8 +211,9 @@ TEST(MappedHost, ResidentNextLayerHintsAreCounted) {
     EXPECT_EQ(c.redundant, want);
     EXPECT_EQ(c.issued, 0u);
     EXPECT_LE(c.redundant_used, c.redundant);
-    if (hints) {
-      EXPECT_GT(c.redundant_used, 0u);  // a trained router: most predictions hold
-    }
+    // A trained router: most predictions hold (263 of 336 on one machine;
+    // predictions compared with another layer's routing hold about as often
+    // as chance, 8 of 64).
+    EXPECT_GE(c.redundant_used * 2, c.redundant);
   }
 }

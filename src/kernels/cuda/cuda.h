@@ -185,7 +185,9 @@ struct PlainLaunches {
 // 128-byte lines i of gate's and up's codes and scales with i % 8 <
 // l2_eighths are prefetched into L2 (a hint, never a read: l2_op 0
 // prefetch.global.L2 of the line, 1 of each 32-byte sector, 2 a 128-byte
-// cp.async.bulk.prefetch.L2), and staged [j] = -2 - id.
+// cp.async.bulk.prefetch.L2, 0 instead where a region is not 16-byte
+// aligned), and staged [j] = -2 - id (-1 for an expert in host memory:
+// nothing done).
 struct StageLaunch {
   const ExpertPtrs* table = nullptr;  // [num_experts] device
   const uint8_t* host = nullptr;      // [num_experts] host flags (null: none copied)
