@@ -209,13 +209,8 @@ void ArenaExperts::count_staged(int64_t layer, std::span<const int32_t> staged,
                                 std::span<const int32_t> ids) {
   PrefetchCounters& c = stats_->prefetch;
   for (const int32_t s : staged) {
-    if (s == -1) continue;
+    if (s == -1 || c.count_in_device(s, ids)) continue;  // none, or already in device memory
     ++c.hints;
-    if (s <= -2) {  // already in device memory (an L2 prefetch, or nothing)
-      ++c.redundant;
-      if (std::find(ids.begin(), ids.end(), -2 - s) != ids.end()) ++c.redundant_used;
-      continue;
-    }
     const ExpertKey k = index_.key(layer, s);
     ++c.issued;
     stats_->host_copy_bytes += index_.record(k).slot_bytes;

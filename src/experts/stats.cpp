@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/units.h"
 #include "io/sysinfo.h"
@@ -66,6 +68,13 @@ nlohmann::json LayerCounters::to_json() const {
   j["all_hit_share"] = steps ? nlohmann::json(share(all_hit_steps, steps)) : nlohmann::json();
   j["stall_s"] = double(stall_ns) * 1e-9;
   return j;
+}
+
+bool PrefetchCounters::count_in_device(int32_t staged, std::span<const int32_t> ids) {
+  if (staged > -2) return false;
+  ++hints, ++redundant;
+  if (std::find(ids.begin(), ids.end(), -2 - staged) != ids.end()) ++redundant_used;
+  return true;
 }
 
 nlohmann::json PrefetchCounters::to_json() const {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,11 @@ struct PrefetchCounters {
 
   // Estimated stall saved: load time of the used prefetches minus the waits.
   uint64_t saved_ns() const { return used_load_ns > wait_ns ? used_load_ns - wait_ns : 0; }
+  // One entry of a device step's staging report (Backend::NextLayer::staged)
+  // naming an expert already in device memory (-2 - id): a hint, redundant,
+  // and redundant_used when `ids` (the layer's routing) holds it. False, with
+  // nothing counted, for any other entry.
+  bool count_in_device(int32_t staged, std::span<const int32_t> ids);
   nlohmann::json to_json() const;
 };
 

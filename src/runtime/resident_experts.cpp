@@ -1,6 +1,5 @@
 #include "runtime/resident_experts.h"
 
-#include <algorithm>
 #include <span>
 
 #include "core/error.h"
@@ -76,12 +75,8 @@ void ResidentExperts::after_device_step() {
   PrefetchCounters& c = stats_->prefetch;
   for (size_t l = 0; l < tables_.size(); ++l) {
     const auto ids = std::span<const int32_t>(routing_host_).subspan(l * size_t(k_), size_t(k_));
-    for (size_t j = 0; j < size_t(k_); ++j) {
-      const int32_t s = staged_host_[l * size_t(k_) + j];
-      if (s > -2) continue;  // no prediction (a resident table copies nothing)
-      ++c.hints, ++c.redundant;
-      if (std::find(ids.begin(), ids.end(), -2 - s) != ids.end()) ++c.redundant_used;
-    }
+    for (size_t j = 0; j < size_t(k_); ++j)  // (-1: no prediction, not counted)
+      c.count_in_device(staged_host_[l * size_t(k_) + j], ids);
   }
 }
 

@@ -57,6 +57,15 @@ std::vector<int32_t> greedy_steps(Engine& e, const std::vector<int32_t>& prompt,
   return out;
 }
 
+// Greedy decode of ids through a and b (24 tokens): the same tokens and every
+// step's logits bit-identical.
+void expect_identical_steps(Engine& a, Engine& b, const std::vector<int32_t>& ids,
+                            const std::string& what) {
+  std::vector<std::vector<float>> la, lb;
+  EXPECT_EQ(greedy_steps(a, ids, 24, la), greedy_steps(b, ids, 24, lb)) << what;
+  EXPECT_EQ(la, lb) << what;
+}
+
 // Two prompts through both engines: the same n greedy tokens, and
 // last-prompt-position logits within 1e-4.
 void expect_same_greedy(Engine& cpu, Engine& gpu, const Tokenizer& tok, int64_t n,
@@ -300,11 +309,8 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
       EnvVar g("MOETIER_GRAPHS", graphs);
       for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
                             "It is a truth universally acknowledged, that a single man"}) {
-        const auto ids = tok.encode(p);
-        std::vector<std::vector<float>> la, lb;
-        EXPECT_EQ(greedy_steps(*staged, ids, 24, la), greedy_steps(*plain, ids, 24, lb))
-            << mode << " " << p;
-        EXPECT_EQ(la, lb) << mode << ", MOETIER_GRAPHS=" << graphs << " " << p;
+        expect_identical_steps(*staged, *plain, tok.encode(p),
+                               std::string(mode) + ", MOETIER_GRAPHS=" + graphs + " " + p);
       }
     }
     const PrefetchCounters& c = staged->stats().prefetch;
@@ -349,10 +355,9 @@ TEST(CudaModel, L2PrefetchOfPredictedExpertsChangesNothing) {
           std::string(mode) + ", fork " + v.fork + ", " + v.op + ", " + v.eighths + "/8";
       for (const char* graphs : {"1", "0"}) {
         EnvVar g("MOETIER_GRAPHS", graphs);
-        const auto ids = tok.encode("It is a truth universally acknowledged, that a single man");
-        std::vector<std::vector<float>> la, lb;
-        EXPECT_EQ(greedy_steps(*l2, ids, 24, la), greedy_steps(*plain, ids, 24, lb)) << what;
-        EXPECT_EQ(la, lb) << what << ", MOETIER_GRAPHS=" << graphs;
+        expect_identical_steps(
+            *l2, *plain, tok.encode("It is a truth universally acknowledged, that a single man"),
+            what + ", MOETIER_GRAPHS=" + graphs);
       }
       const PrefetchCounters& c = l2->stats().prefetch;
       // 7 of 8 layers predicted per decode step, k = 8 each: 2 runs x 23 steps.
