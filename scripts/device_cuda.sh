@@ -27,7 +27,6 @@
 #   bins test q30 stage30                            the host-tier arm with next-layer staging and without
 #   bins test q30 admit30                            the host-tier arm with admission windows
 #   bins probe skipds4                               the MoE kernels alone; each op's cost, DeepSeek shapes
-#   bins probe l2ds4                                 the L2 prefetch of predicted experts, probe and decode
 #   bins skipds4 ncu                                 each op's cost, DeepSeek shapes, and (NCU_MODEL=/tmp/ds4) its kernels under ncu
 #   bins test skipds4 q30 ahead30                    decode steps launched ahead and not (ARMS="none env:MOETIER_DECODE_AHEAD=0")
 #   bins probe ds4 q30 res30 test                    the MoE kernels alone, then both models all resident
@@ -418,27 +417,6 @@ decode_tps() {  # DIR PROMPT GEN CMD...: "decode N tok/s" of CMD bench DIR, run 
   shift 3
   "$@" bench $dir --backend cuda --prompt-tokens $p --gen $g --runs 2 --no-probe --ctx 8448 \
     ${BENCH_FLAGS:-} 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1
-}
-step_l2ds4() {  # the L2 prefetch of predicted experts (MOETIER_CUDA_STAGE=l2) on the DeepSeek-shaped
-  # model: its variants against none, interleaved (ARMS to override), then the predictions' accuracy
-  # (steps not launched ahead, so each is counted)
-  BENCH_FLAGS="--prefetch next-layer" ARMS=${ARMS:-"env:MOETIER_CUDA_STAGE=0 env:MOETIER_CUDA_STAGE=l2
-    env:MOETIER_CUDA_STAGE=l2,MOETIER_CUDA_L2_FORK=experts env:MOETIER_CUDA_STAGE=l2,MOETIER_CUDA_L2_EIGHTHS=8
-    env:MOETIER_CUDA_STAGE=l2,MOETIER_CUDA_L2_OP=sectors env:MOETIER_CUDA_STAGE=l2,MOETIER_CUDA_L2_OP=bulk"} \
-    step_skipds4
-  MOETIER_CUDA_STAGE=l2 MOETIER_DECODE_AHEAD=0 $M bench /tmp/ds4 --backend cuda --prompt-tokens 64 \
-    --gen 64 --runs 1 --no-probe --ctx 8448 --prefetch next-layer --json $OUT/l2-accuracy.json 2>&1 |
-    grep -E "decode|prefetch" | head -5
-  python3 - $OUT/l2-accuracy.json <<'PY' 2>&1 | head -5
-import json, sys
-def walk(o):  # every run's prefetch counters
-    if isinstance(o, dict):
-        if "prefetch" in o: print("prefetch", json.dumps(o["prefetch"]))
-        for v in o.values(): walk(v)
-    elif isinstance(o, list):
-        for v in o: walk(v)
-walk(json.load(open(sys.argv[1])))
-PY
 }
 skip_arms() {  # model dir, prompt tokens, generated tokens
   for r in 1 2; do

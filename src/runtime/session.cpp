@@ -226,8 +226,7 @@ std::unique_ptr<Engine> Engine::open(std::unique_ptr<Checkpoint> ck, const Engin
   if (!e->backend_->is_host() && (e->mapped_ || !arena_flags)) {
     // Every expert in device memory (the arena on a device comes with its flags).
     e->mapped_ = true;
-    e->experts_ = std::make_unique<ResidentExperts>(
-        *e->ck_, spec, *e->backend_, opt.experts.prefetch == "next-layer", &e->stats_);
+    e->experts_ = std::make_unique<ResidentExperts>(*e->ck_, spec, *e->backend_);
     if (log && !opt.experts.quiet)
       log->push_back(fmt::format("experts: all {} resident on {}",
                                  spec.moe_layers().size() * size_t(spec.num_experts),

@@ -41,8 +41,7 @@ void add_expert_options(CLI::App& cmd, ExpertOptions& o) {
                  "Expert prefetch at decode: none (default), next-layer (layer L+1's router on "
                  "layer L's hidden state; counted in --stats; on the CUDA mapped host tier "
                  "it stages the predicted host experts during the layer before, measured "
-                 "slower there: docs/cache-protocol.md; with every expert on the GPU and "
-                 "MOETIER_CUDA_STAGE=l2 it prefetches their lines into L2: docs/cuda.md)")
+                 "slower there: docs/cache-protocol.md)")
       ->check(CLI::IsMember({"none", "next-layer"}))
       ->group(g);
   cmd.add_flag("--stats", o.stats, "Print the expert memory counters at the end")->group(g);

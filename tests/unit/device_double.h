@@ -178,28 +178,6 @@ class DeviceDouble final : public Backend {
     b.out = host(out);
     cpu_->expert_batch(b);
   }
-  // Next-layer predictions (Backend::NormAdd::next with staged): when set,
-  // each call with one writes staged [j] = -2 - id of route_topk(next.router,
-  // rmsnorm(x, next.norm)) on x as the call receives it, as the CUDA backend's
-  // L2 prefetch reports them (nothing copied), then runs the default.
-  bool predict_next = false;
-  uint64_t predictions = 0;  // calls that wrote one
-  void route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
-                              bool renormalize, float* probs, int32_t* ids, float* weights,
-                              int64_t hidden, int64_t intermediate, const NormAdd& f) override {
-    if (predict_next && f.next && f.next->staged) {
-      const MatView& r = *f.next->router;
-      std::vector<float> xn(static_cast<size_t>(hidden)), p(static_cast<size_t>(r.rows)),
-          w(static_cast<size_t>(k));
-      std::vector<int32_t> id(static_cast<size_t>(k));
-      cpu_->rmsnorm(host(x), host(f.next->norm), 1, hidden, f.eps, xn.data());
-      cpu_->route_topk(host(r), xn.data(), 1, k, renormalize, p.data(), id.data(), w.data());
-      for (int64_t j = 0; j < k; ++j) host(f.next->staged)[j] = -2 - id[size_t(j)];
-      ++predictions;
-    }
-    Backend::route_moe_resident_add(router, table, x, k, renormalize, probs, ids, weights, hidden,
-                                    intermediate, f);
-  }
   uint64_t to_device_async(void* dst, const void* src, size_t n) override {
     check(!is_device(src), "device double: to_device_async from a device pointer");
     async_bytes_ += n;

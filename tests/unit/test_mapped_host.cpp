@@ -17,7 +17,6 @@
 #include "format/safetensors.h"
 #include "model/architecture.h"
 #include "runtime/mapped_experts.h"
-#include "runtime/resident_experts.h"
 #include "runtime/session.h"
 
 using namespace moetier;
@@ -178,42 +177,4 @@ TEST(MappedHost, AdmissionWindowChangesNoBitAndCopiesLess) {
     EXPECT_EQ(uses[0], uses[1]) << name;
   }
   EXPECT_LT(bytes[1], bytes[0]);
-}
-
-// Every expert resident on the device with next-layer hints (--prefetch
-// next-layer; the CUDA backend's L2 prefetch, MOETIER_CUDA_STAGE=l2): each
-// decode step asks for a prediction of every MoE layer after the first, and
-// after_device_step counts them against the routing (all redundant: nothing
-// is copied). Tokens and logits unchanged; without hints nothing is asked.
-TEST(MappedHost, ResidentNextLayerHintsAreCounted) {
-  const int kSteps = 6;
-  const CpuReference cr = cpu_reference("models/moetier-tiny", 11, 950, kSteps);
-  const ModelSpec& cfg = cr.spec();
-  const uint64_t moe_layers = cfg.moe_layers().size();
-  ASSERT_GE(moe_layers, 2u);
-  for (bool hints : {false, true}) {
-    DeviceDouble dev;
-    dev.predict_next = true;
-    const std::unique_ptr<Model> model = load_model(*cr.ck, dev);
-    ExpertStats stats;
-    ResidentExperts ex(*cr.ck, cfg, dev, hints, &stats);
-    for (int64_t l : cfg.moe_layers()) {
-      EXPECT_GE(ex.device_table(l), 0);
-      EXPECT_EQ(ex.device_staged(l) != nullptr, hints);
-    }
-    std::vector<uint64_t> copies;
-    expect_identical_runs(cr.run, session_run(*model, ex, cr.prompt, kSteps, dev, copies),
-                          hints ? "hints" : "no hints");
-    const PrefetchCounters& c = stats.prefetch;
-    const uint64_t want = hints ? kSteps * (moe_layers - 1) * uint64_t(cfg.experts_per_token) : 0;
-    EXPECT_EQ(dev.predictions, hints ? kSteps * (moe_layers - 1) : 0u);
-    EXPECT_EQ(c.hints, want);
-    EXPECT_EQ(c.redundant, want);
-    EXPECT_EQ(c.issued, 0u);
-    EXPECT_LE(c.redundant_used, c.redundant);
-    // A trained router: most predictions hold (263 of 336 on one machine;
-    // predictions compared with another layer's routing hold about as often
-    // as chance, 8 of 64).
-    EXPECT_GE(c.redundant_used * 2, c.redundant);
-  }
 }

@@ -57,28 +57,14 @@ static long long env_int(const char* var, long long lo, long long hi, long long 
 // MOETIER_CUDA_STAGE=copy (default) | predict (the next layer's prediction,
 // nothing copied) | 0 (no staging), and MOETIER_CUDA_STAGE_BLOCKS=N blocks
 // per staged expert: A/B of --prefetch next-layer on the mapped host tier.
-static void read_stage_env(int& mode, int& blocks, int& l2_eighths, int& l2_op,
-                           bool& l2_fork_attention) {
+static void read_stage_env(int& mode, int& blocks) {
   if (const char* st = std::getenv("MOETIER_CUDA_STAGE")) {
     const std::string v = st;
-    check(v == "copy" || v == "predict" || v == "l2" || v == "0",
-          "MOETIER_CUDA_STAGE={}: expected copy, predict, l2 or 0", v);
-    mode = v == "copy" ? 2 : v == "predict" ? 1 : v == "l2" ? 3 : 0;
+    check(v == "copy" || v == "predict" || v == "0",
+          "MOETIER_CUDA_STAGE={}: expected copy, predict or 0", v);
+    mode = v == "copy" ? 2 : v == "predict" ? 1 : 0;
   }
   blocks = int(env_int("MOETIER_CUDA_STAGE_BLOCKS", 1, 1024, blocks));
-  l2_eighths = int(env_int("MOETIER_CUDA_L2_EIGHTHS", 1, 8, l2_eighths));
-  if (const char* o = std::getenv("MOETIER_CUDA_L2_OP")) {
-    const std::string v = o;
-    check(v == "line" || v == "sectors" || v == "bulk",
-          "MOETIER_CUDA_L2_OP={}: expected line, sectors or bulk", v);
-    l2_op = v == "line" ? 0 : v == "sectors" ? 1 : 2;
-  }
-  if (const char* f = std::getenv("MOETIER_CUDA_L2_FORK")) {
-    const std::string v = f;
-    check(v == "attention" || v == "experts",
-          "MOETIER_CUDA_L2_FORK={}: expected attention or experts", v);
-    l2_fork_attention = v == "attention";
-  }
 }
 
 // MOETIER_CUDA_SKIP: a comma-separated list of norm, qkv, attn, o, router, experts.
@@ -152,7 +138,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  read_stage_env(stage_mode_, stage_blocks_, l2_eighths_, l2_op_, l2_fork_attention_);
+  read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded
   // (cuda::trace_begin; a build with -DMOETIER_CUDA_TRACE=ON), one CSV line per
@@ -744,7 +730,6 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
                                 int64_t pos, const float* inv_freq, float* k_cache, float* v_cache,
                                 float scale, float* out) {
   if (skipped(kSkipAttn, 1)) return;
-  flush_pending_stage();  // (kStageL2: forked after q/k/v, beside attention)
   float* scratch = attention_scratch(1, pos, nh, nkv, hd);
   cuda::DecodePrep p;
   p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,

@@ -6,7 +6,6 @@
 
 #include <deque>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -243,29 +242,8 @@ class CudaBackend final : public Backend {
   std::map<int, std::pair<cudaEvent_t, bool>> stage_join_;  // (join, staged)
   Scratch stage_x_, stage_route_, staging_[2];
   uint64_t stage_count_ = 0;
-  // MOETIER_CUDA_STAGE: 0 off, 1 predict only, 2 copy, 3 (l2) an L2 prefetch of
-  // the predicted experts' gate/up lines (kStageL2: forked after this layer's
-  // experts instead, so it runs during the next layer's attention)
-  int stage_mode_ = 2;
-  static constexpr int kStageL2 = 3;
+  int stage_mode_ = 2;     // MOETIER_CUDA_STAGE: 0 off, 1 predict only, 2 copy
   int stage_blocks_ = 32;  // MOETIER_CUDA_STAGE_BLOCKS: blocks per staged expert
-  int l2_eighths_ = 4;     // MOETIER_CUDA_L2_EIGHTHS: kStageL2's share of the lines, in 8ths
-  int l2_op_ = 0;          // MOETIER_CUDA_L2_OP: line | sectors | bulk (StageLaunch::l2_op)
-  // kStageL2's fork (MOETIER_CUDA_L2_FORK): attention (default) defers it to
-  // the next attend_decode, so the prediction's router runs beside attention's
-  // few blocks rather than beside q/k/v's; experts forks it at once (after
-  // this layer's experts). A pending fork is taken by take_staged on its table
-  // if no attention came first, and dropped by join_staged (no prediction).
-  bool l2_fork_attention_ = true;
-  struct PendingStage {
-    NextLayer next;
-    int64_t k = 0, hidden = 0;
-    bool renormalize = false;
-    float eps = 0.0f;
-  };
-  std::optional<PendingStage> pending_stage_;
-  void stage_l2(const NextLayer& next, int64_t k, bool renormalize, float eps, int64_t hidden);
-  void flush_pending_stage();
   bool can_stage(const NextLayer* next, int64_t k, int64_t hidden) const;
   void stage_next(const NextLayer& next, int64_t k, bool renormalize, float eps, int64_t hidden);
   // The table a call on `table` reads: its shadow after waiting for its

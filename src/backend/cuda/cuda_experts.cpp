@@ -322,7 +322,7 @@ void CudaBackend::route_moe_resident(const MatView& router, int table, const flo
 // before the router; with RouterQ8 only down reads early, the router two
 // back). Other expert paths (f32 activations, legacy) run the separate ops
 // (route_add_ops). With f.next, the next layer's experts are staged after the
-// router (cuda_stage.cpp; with MOETIER_CUDA_STAGE=l2 after the experts).
+// router (cuda_stage.cpp).
 void CudaBackend::route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                                          bool renormalize, float* probs, int32_t* ids,
                                          float* weights, int64_t hidden, int64_t intermediate,
@@ -356,17 +356,15 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
       return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden,
                            intermediate, f, stage);
     after("router_topk_rmsnorm");
-    if (xc && stage_mode_ != kStageL2) stage_next(*f.next, k, renormalize, f.eps, hidden);
+    if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
-  if (!moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
-              {f.norm, f.eps, true, rq.xq != nullptr})) {
-    rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
-    moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
-    add(x, f.tmp, hidden);
-  }
-  if (xc && stage_mode_ == kStageL2 && !skipped(kSkipRouter, 1))
-    stage_l2(*f.next, k, renormalize, f.eps, hidden);  // after this layer's experts
+  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
+             {f.norm, f.eps, true, rq.xq != nullptr}))
+    return;
+  rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
+  moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
+  add(x, f.tmp, hidden);
 }
 
 // The separate ops: xn = rmsnorm(x), the router, the experts into tmp, x +=
@@ -376,13 +374,14 @@ void CudaBackend::route_add_ops(const MatView& router, const Table& t, const cud
                                 float* weights, int64_t hidden, int64_t intermediate,
                                 const NormAdd& f, bool stage) {
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);
-  if (stage) copy(stage_x_.get(*this, size_t(hidden) * 4), x, size_t(hidden) * 4);
-  if (stage && stage_mode_ != kStageL2) stage_next(*f.next, k, renormalize, f.eps, hidden);
+  if (stage) {
+    copy(stage_x_.get(*this, size_t(hidden) * 4), x, size_t(hidden) * 4);
+    stage_next(*f.next, k, renormalize, f.eps, hidden);
+  }
   route_topk(router, f.xn, 1, k, renormalize, probs, ids, weights);
   if (!moe_q8(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp, !skipped(kSkipRouter, 1)))
     moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
   add(x, f.tmp, hidden);
-  if (stage && stage_mode_ == kStageL2) stage_l2(*f.next, k, renormalize, f.eps, hidden);
 }
 
 }  // namespace moetier

@@ -18,13 +18,6 @@
 //      in order). Pending joins are waited for before a recording begins and
 //      before it ends (graph_end, graph_abort). Both buffers and every
 //      table's shadow are sized outside recordings.
-//   With MOETIER_CUDA_STAGE=l2 (kStageL2) the fork is recorded after layer
-//   L's experts instead (its down projection), so the prediction and its L2
-//   prefetch of N's gate/up lines (no copies, no shadow: N reads its table)
-//   run beside N's attention, while the HBM is mostly idle. The join is the
-//   same (before N's router). By default (MOETIER_CUDA_L2_FORK=attention)
-//   the fork waits further, until N's attention is launched: after N's
-//   q/k/v kernel, so the prediction's router does not take that kernel's SMs.
 //   5. N's q8 kernels read the shadow table and the staged bytes before
 //      their grid_wait (gate/up only with MOETIER_CUDA_ROUTER_Q8=0; down
 //      always), as they read the table that update_experts' kernel wrote
@@ -53,10 +46,8 @@ void CudaBackend::stage_next(const NextLayer& next, int64_t k, bool renormalize,
     cuda_check(cudaStreamCreateWithFlags(&stage_stream_, cudaStreamNonBlocking), "stage stream");
     cuda_check(cudaEventCreateWithFlags(&stage_fork_, cudaEventDisableTiming), "stage event");
   }
-  const bool l2 = stage_mode_ == kStageL2;
   // Both buffers sized at once: a recording allocates nothing.
-  if (!l2)
-    for (Scratch& b : staging_) b.get(*this, size_t(k) * t.slot_bytes);
+  for (Scratch& b : staging_) b.get(*this, size_t(k) * t.slot_bytes);
   auto* staging = static_cast<uint8_t*>(staging_[stage_count_++ % 2].buf.data());
   auto* probs = static_cast<float*>(stage_route_.get(*this, size_t(t.num_experts + 2 * k) * 4));
   auto* ids = reinterpret_cast<int32_t*>(probs + t.num_experts);  // [k]
@@ -72,9 +63,7 @@ void CudaBackend::stage_next(const NextLayer& next, int64_t k, bool renormalize,
     cuda_check(cudaGetLastError(), "stage: router");
     cuda::StageLaunch a;
     a.table = t.ptrs.as<cuda::ExpertPtrs>();
-    a.host = stage_mode_ >= 2 ? t.host.as<uint8_t>() : nullptr;
-    a.l2_eighths = l2 ? l2_eighths_ : 0;
-    a.l2_op = l2_op_;
+    a.host = stage_mode_ == 2 ? t.host.as<uint8_t>() : nullptr;
     a.blocks = unsigned(stage_blocks_);
     a.ids = ids;
     a.k = int(k);
@@ -86,28 +75,13 @@ void CudaBackend::stage_next(const NextLayer& next, int64_t k, bool renormalize,
     a.staged = next.staged;
     cuda::stage_experts(a, stage_stream_);
     cuda_check(cudaGetLastError(), "stage: copies");
-    stage_join_[next.table].second = !l2;  // (l2: no shadow written)
+    stage_join_[next.table].second = true;
   }
   // Recorded even when nothing ran: a recording ends with every branch joined.
   cuda_check(cudaEventRecord(join, stage_stream_), "stage join");
 }
 
-void CudaBackend::stage_l2(const NextLayer& next, int64_t k, bool renormalize, float eps,
-                           int64_t hidden) {
-  pending_stage_.reset();  // (one not yet forked: superseded)
-  if (!l2_fork_attention_) return stage_next(next, k, renormalize, eps, hidden);
-  pending_stage_ = PendingStage{next, k, hidden, renormalize, eps};
-}
-
-void CudaBackend::flush_pending_stage() {
-  if (!pending_stage_) return;
-  const PendingStage p = *pending_stage_;
-  pending_stage_.reset();
-  stage_next(p.next, p.k, p.renormalize, p.eps, p.hidden);
-}
-
 const cuda::ExpertPtrs* CudaBackend::take_staged(int table) {
-  if (pending_stage_ && pending_stage_->next.table == table) flush_pending_stage();
   const Table& t = tables_[size_t(table)];
   const auto it = stage_join_.find(table);
   if (it == stage_join_.end()) return t.ptrs.as<cuda::ExpertPtrs>();
@@ -119,7 +93,6 @@ const cuda::ExpertPtrs* CudaBackend::take_staged(int table) {
 }
 
 void CudaBackend::join_staged() {
-  pending_stage_.reset();
   const auto pending = std::move(stage_join_);
   stage_join_.clear();
   cudaError_t err = cudaSuccess;

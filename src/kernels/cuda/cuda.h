@@ -180,14 +180,6 @@ struct PlainLaunches {
 // (optional) = id where staged, -2 - id where not (already in device memory).
 // The grid: (blocks, k) of 256 threads.
 // The ops that read shadow must wait for the kernel (a plain launch).
-// With l2_eighths > 0 nothing is copied and shadow is neither read nor
-// written: of each predicted expert in device memory (host flag clear), the
-// 128-byte lines i of gate's and up's codes and scales with i % 8 <
-// l2_eighths are prefetched into L2 (a hint, never a read: l2_op 0
-// prefetch.global.L2 of the line, 1 of each 32-byte sector, 2 a 128-byte
-// cp.async.bulk.prefetch.L2, 0 instead where a region is not 16-byte
-// aligned), and staged [j] = -2 - id (-1 for an expert in host memory:
-// nothing done).
 struct StageLaunch {
   const ExpertPtrs* table = nullptr;  // [num_experts] device
   const uint8_t* host = nullptr;      // [num_experts] host flags (null: none copied)
@@ -199,8 +191,6 @@ struct StageLaunch {
   size_t offset[6] = {}, bytes[6] = {};
   ExpertPtrs* shadow = nullptr;  // [num_experts]
   int32_t* staged = nullptr;     // [k] or null
-  int l2_eighths = 0;            // > 0: the L2 prefetch instead of copies
-  int l2_op = 0;                 // its instruction (above)
 };
 void stage_experts(const StageLaunch& a, cudaStream_t s);
 struct ExpertLaunch {

@@ -29,43 +29,11 @@ __device__ void copy_bytes(uint8_t* dst, const uint8_t* src, size_t n, size_t t,
   for (size_t i = done + t; i < n; i += nt) dst[i] = src[i];
 }
 
-// StageLaunch::l2_eighths: predicted slot j's share of gate's and up's lines
-// (codes, then scales) prefetched into L2 by the threads of its blocks.
-__device__ void prefetch_expert_l2(const StageLaunch& a, int j, int id) {
-  const bool host = a.host && a.host[id];  // host memory: read in place, not prefetched
-  if (blockIdx.x == 0 && threadIdx.x == 0 && a.staged) a.staged[j] = host ? -1 : -2 - id;
-  if (host) return;
-  const ExpertPtrs& e = a.table[id];
-  const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x,
-               nt = size_t(gridDim.x) * blockDim.x;
-  for (int r = 0; r < 4; ++r) {  // gate codes, up codes, gate scales, up scales
-    const auto* p = static_cast<const char*>(r < 2 ? e.w[r] : e.s[r - 2]);
-    const int op = a.l2_op == 2 && (reinterpret_cast<uintptr_t>(p) & 15) ? 0 : a.l2_op;
-    const size_t lines = p ? a.bytes[r < 2 ? r : r + 1] / 128 : 0, e = size_t(a.l2_eighths);
-    const size_t n = lines / 8 * e + min(lines % 8, e);  // the lines taken
-    for (size_t q = t; q < n; q += nt) {  // the q-th line taken: i = 8 (q / e) + q % e
-      const char* l = p + 128 * (q / e * 8 + q % e);
-      if (op == 0) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
-      } else if (op == 1) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) asm volatile("prefetch.global.L2 [%0];" ::"l"(l + 32 * c));
-      } else {
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], 128;" ::"l"(l) : "memory");
-      }
-    }
-  }
-}
-
 // Grid (blocks per expert, k): blockIdx.y = predicted slot j. Block (0, 0)
 // also writes the shadow table and the staged list.
 __global__ void stage_experts_kernel(StageLaunch a) {
   const int j = int(blockIdx.y);
   const int id = a.ids[j];
-  if (a.l2_eighths > 0) {
-    if (id >= 0 && id < a.num_experts) prefetch_expert_l2(a, j, id);
-    return;
-  }
   if (blockIdx.x == 0 && j == 0) {
     for (int e = int(threadIdx.x); e < a.num_experts; e += int(blockDim.x))
       a.shadow[e] = a.table[e];
