@@ -110,7 +110,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // The q8 MoE kernels' variants (A/B; cuda::MoeQ8Kernels): MOETIER_CUDA_MOE_GATE=8 (default) |
   // 16 warps per gate/up block; MOETIER_CUDA_MOE_DOWN=warp | 2 | 4 | pair (default): the down
   // kernel, a warp per 2 rows, blocks splitting 2 or 4 rows, or two groups of 4 rows a block (one
-  // wave; where k x inter / 32 <= 512, else 4).
+  // wave; where k x inter / 32 <= 512, else 4). Unset: the pair kernel where the 4-row split
+  // kernel's grid would pass 4 blocks a multiprocessor (DeepSeek-shaped hidden 4096), else 4.
   cuda::MoeQ8Kernels mk;
   auto choice = [](const char* var, std::initializer_list<const char*> ok) -> std::string {
     const char* v = std::getenv(var);
@@ -125,7 +126,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (auto v = choice("MOETIER_CUDA_MOE_GATE", {"8", "16"}); !v.empty())
     mk.gate_warps = std::stoi(v);
   if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4", "pair"}); !v.empty())
-    mk.down_rows = v == "warp" ? 0 : v == "pair" ? 4 : std::stoi(v), mk.down_pair = v == "pair";
+    mk.down_rows = v == "warp"   ? 0
+                   : v == "pair" ? 4
+                                 : std::stoi(v),
+    mk.down_pair = v == "pair", mk.down_auto = false;
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;

@@ -305,6 +305,9 @@ struct MoeQ8Kernels {
   int gate_warps = 8;     // 8 | 16
   int down_rows = 4;      // 0 | 2 | 4
   bool down_pair = true;  // at 4 rows: two groups a block, one wave (moe_down_q8_pair_kernel)
+  // down_pair by shape (the default): only where the split kernel's grid of
+  // hidden / 4 blocks passes kPairBlocksPerSm a multiprocessor
+  bool down_auto = true;
   bool stream = false;
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
