@@ -14,6 +14,7 @@
 #   build test q30 mapped30                          the host-tier arm, mapped and not
 #   build q30 policy30                               the mapped host-tier arm, lru and lfu
 #   probe                                            the MoE kernels side by side (moe_probe)
+#   chain                                            a layer's dense chain, persistent vs launched (chain_probe)
 #   bins test q30 bench30                            carried binaries (B=build), no build here
 #   bins test q30 moeab30 moeabds4                   the fused MoE kernel against the q8 kernels
 #   bins skip                                        each decode op's cost in the graph (ARMS=...)
@@ -72,6 +73,11 @@ step_probe() {  # the MoE step's kernels side by side (bench/moe_probe.cu); carr
     nvcc -O3 -std=c++20 -arch=sm_90 -Isrc -DMOETIER_CUDA_MIN_ARCH=90 bench/moe_probe.cu -o $p || return 1
   fi
   timeout ${PROBE_TIMEOUT:-240} $p 2>&1 | tee "$OUT/moe_probe.txt"
+}
+step_chain() {  # a decode layer's dense chain as one persistent launch (bench/chain_probe.cu)
+  local p=.carry/probe/chain_probe
+  [ -x $p ] || { p=/tmp/chain_probe; nvcc -O3 -std=c++20 -arch=sm_90 bench/chain_probe.cu -o $p || return 1; }
+  timeout 120 $p 2>&1 | tee "$OUT/chain_probe.txt"
 }
 step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) and their instruction counts
   local p=.carry/probe/moe_probe
