@@ -125,11 +125,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   };
   if (auto v = choice("MOETIER_CUDA_MOE_GATE", {"8", "16"}); !v.empty())
     mk.gate_warps = std::stoi(v);
-  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4", "pair"}); !v.empty())
-    mk.down_rows = v == "warp"   ? 0
-                   : v == "pair" ? 4
-                                 : std::stoi(v),
-    mk.down_pair = v == "pair", mk.down_auto = false;
+  if (auto v = choice("MOETIER_CUDA_MOE_DOWN", {"warp", "2", "4", "pair"}); !v.empty()) {
+    mk.down_rows = v == "warp" ? 0 : v == "pair" ? 4 : std::stoi(v);
+    mk.down_pair = v == "pair";
+    mk.down_auto = false;  // the variable chose
+  }
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
