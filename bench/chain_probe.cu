@@ -11,6 +11,11 @@
 // Arms, each replayed in a CUDA graph, us a layer:
 //   launched    six kernels a layer (qkv, attention partials, merge, o + add,
 //               router, top-k), plain launches;
+//   PDL         the same six launched as the engine launches (programmatic
+//               dependent launch): each kernel lets the next start at once;
+//               q/k/v, o and the router load their first weight rows before
+//               they wait for the kernel before (attention does not prefetch
+//               its K/V tile, which the engine's kernel does);
 //   persistent  one launch a layer, one block per SM, the phases separated by
 //               grid barriers (an acquire-release counter);
 //   staged      the same with each block's rows of Wo and Wr copied into
@@ -18,7 +23,7 @@
 //               arrive while q/k/v and attention run;
 // and the barrier alone (a launch of 1000 barriers). Each token's graph also
 // resets x and the barrier counters (two small nodes), timed alone and taken
-// out of every arm's figure. The three arms run the
+// out of every arm's figure. The four arms run the
 // same device functions with the same work split, so their outputs must be
 // bit-identical; the launched arm's are checked against a CPU reference
 // (x: max |diff| / max |ref|; every layer's top-6 ids).
@@ -75,15 +80,23 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// One warp: row w [cols] (bf16, global or shared) . x [cols] (shared), lanes
-// taking 16-byte chunks lane, lane + 32, ... (all loads issued first).
+// One warp's row of COLS bf16 (global or shared) in registers, lanes taking
+// 16-byte chunks lane, lane + 32, ...: load() issues every load, dot() takes
+// the row . x [COLS] (shared) once they arrive.
 template <int COLS>
-__device__ float row_dot(const uint16_t* w, const float* xs) {
-  constexpr int kN = COLS / 8 / 32;
-  const int lane = int(threadIdx.x & 31);
+struct Row {
+  static constexpr int kN = COLS / 8 / 32;
   uint4 q[kN];
+  __device__ __forceinline__ void load(const uint16_t* w) {
+    const int lane = int(threadIdx.x & 31);
 #pragma unroll
-  for (int i = 0; i < kN; ++i) q[i] = reinterpret_cast<const uint4*>(w)[lane + 32 * i];
+    for (int i = 0; i < kN; ++i) q[i] = reinterpret_cast<const uint4*>(w)[lane + 32 * i];
+  }
+  __device__ __forceinline__ float dot(const float* xs) const;
+};
+template <int COLS>
+__device__ __forceinline__ float Row<COLS>::dot(const float* xs) const {
+  const int lane = int(threadIdx.x & 31);
   float s = 0.0f;
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
@@ -94,6 +107,11 @@ __device__ float row_dot(const uint16_t* w, const float* xs) {
   }
   return warp_sum(s);
 }
+
+// PDL (programmatic dependent launch, the engine's launches): the next
+// kernel may start now; wait for the kernel before's writes.
+__device__ __forceinline__ void pdl_start() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // xs = src [n] (or src * g / rms(src) when g), by the block into shared memory.
 __device__ void load_x(const float* src, const float* g, int n, float* xs, float* red) {
@@ -113,12 +131,17 @@ __device__ void load_x(const float* src, const float* g, int n, float* xs, float
   __syncthreads();
 }
 
-// Phase 1: q/k/v rows (warp gw of the grid takes rows gw, gw + all warps).
-__device__ void phase_qkv(const Layer& L, const Bufs& B, float* xs, float* red) {
-  load_x(B.x, L.g1, kH, xs, red);
+// Phase 1: q/k/v rows (warp gw of the grid takes rows gw, gw + all warps;
+// the first one's weights loaded before the wait when pdl).
+__device__ void phase_qkv(const Layer& L, const Bufs& B, float* xs, float* red, bool pdl) {
   const int nw = int(gridDim.x) * kWarps, gw = int(blockIdx.x) * kWarps + int(threadIdx.x / 32);
+  Row<kH> w;
+  if (gw < kQkv) w.load(L.wqkv + size_t(gw) * kH);
+  if (pdl) pdl_wait();
+  load_x(B.x, L.g1, kH, xs, red);
   for (int r = gw; r < kQkv; r += nw) {
-    const float t = row_dot<kH>(L.wqkv + size_t(r) * kH, xs);
+    if (r != gw) w.load(L.wqkv + size_t(r) * kH);
+    const float t = w.dot(xs);
     if ((threadIdx.x & 31) == 0) B.qkv[r] = t;
   }
 }
@@ -186,24 +209,37 @@ __device__ void phase_merge(const Bufs& B) {
 
 // Phase 4: x [r] += Wo [r] . a, block b's rows [kORows b, + kORows) (wo: the
 // block's first row, in global or shared memory), warp w rows w, w + 16.
-__device__ void phase_o(const Bufs& B, const uint16_t* wo, float* xs) {
+// All kORows / kWarps rows' weights are loaded before the wait when pdl.
+__device__ void phase_o(const Bufs& B, const uint16_t* wo, float* xs, bool pdl) {
+  constexpr int kPer = kORows / kWarps;
+  static_assert(kORows % kWarps == 0);
+  Row<kA> w[kPer];
+  const int warp = int(threadIdx.x / 32), r0 = int(blockIdx.x) * kORows + warp;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (r0 + j * kWarps < kH) w[j].load(wo + size_t(warp + j * kWarps) * kA);
+  if (pdl) pdl_wait();
   load_x(B.a, nullptr, kA, xs, nullptr);
-  for (int i = int(threadIdx.x / 32); i < kORows; i += kWarps) {
-    const int r = int(blockIdx.x) * kORows + i;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int r = r0 + j * kWarps;
     if (r >= kH) break;
-    const float t = row_dot<kA>(wo + size_t(i) * kA, xs);
+    const float t = w[j].dot(xs);
     if ((threadIdx.x & 31) == 0) B.x[r] = __ldcg(B.x + r) + t;
   }
 }
 
 // Phase 5: logits [r] = Wr [r] . rmsnorm(x) g2, block b's rows [2 b, 2 b + 2).
 __device__ void phase_router(const Layer& L, const Bufs& B, const uint16_t* wr, float* xs,
-                             float* red) {
+                             float* red, bool pdl) {
   if (int(blockIdx.x) * kRRows >= kE) return;
-  load_x(B.x, L.g2, kH, xs, red);
   const int i = int(threadIdx.x / 32);
+  Row<kH> w;
+  if (i < kRRows) w.load(wr + size_t(i) * kH);
+  if (pdl) pdl_wait();
+  load_x(B.x, L.g2, kH, xs, red);
   if (i >= kRRows) return;
-  const float t = row_dot<kH>(wr + size_t(i) * kH, xs);
+  const float t = w.dot(xs);
   if ((threadIdx.x & 31) == 0) B.logits[int(blockIdx.x) * kRRows + i] = t;
 }
 
@@ -281,37 +317,71 @@ __global__ void __launch_bounds__(kThreads, 1) layer_kernel(Layer L, Bufs B, uns
   __shared__ float red[kWarps];
   if constexpr (STAGED) stage(L, so, sr);
   unsigned n = 0;
-  phase_qkv(L, B, xs, red);
+  phase_qkv(L, B, xs, red, false);
   grid_sync(bar, n);
   phase_attn(L, B);
   grid_sync(bar, n);
   phase_merge(B);
   grid_sync(bar, n);
   if constexpr (STAGED) asm volatile("cp.async.wait_all;" ::: "memory");
-  phase_o(B, STAGED ? so : L.wo + size_t(blockIdx.x) * kORows * kA, xs);
+  phase_o(B, STAGED ? so : L.wo + size_t(blockIdx.x) * kORows * kA, xs, false);
   grid_sync(bar, n);
-  phase_router(L, B, STAGED ? sr : L.wr + size_t(blockIdx.x) * kRRows * kH, xs, red);
+  phase_router(L, B, STAGED ? sr : L.wr + size_t(blockIdx.x) * kRRows * kH, xs, red, false);
   grid_sync(bar, n);
   phase_topk(L, B);
 }
 
+// The launched arms' kernels; PDL: each lets the next start at once and
+// waits for the one before (after its weight loads where it has weights).
+template <bool PDL>
 __global__ void __launch_bounds__(kThreads, 1) k_qkv(Layer L, Bufs B) {
   extern __shared__ float4 smem4[];
   __shared__ float red[kWarps];
-  phase_qkv(L, B, reinterpret_cast<float*>(smem4), red);
+  if (PDL) pdl_start();
+  phase_qkv(L, B, reinterpret_cast<float*>(smem4), red, PDL);
 }
-__global__ void __launch_bounds__(kThreads, 1) k_attn(Layer L, Bufs B) { phase_attn(L, B); }
-__global__ void __launch_bounds__(kThreads, 1) k_merge(Bufs B) { phase_merge(B); }
+template <bool PDL>
+__global__ void __launch_bounds__(kThreads, 1) k_attn(Layer L, Bufs B) {
+  if (PDL) pdl_start(), pdl_wait();
+  phase_attn(L, B);
+}
+template <bool PDL>
+__global__ void __launch_bounds__(kThreads, 1) k_merge(Bufs B) {
+  if (PDL) pdl_start(), pdl_wait();
+  phase_merge(B);
+}
+template <bool PDL>
 __global__ void __launch_bounds__(kThreads, 1) k_o(Layer L, Bufs B) {
   extern __shared__ float4 smem4[];
-  phase_o(B, L.wo + size_t(blockIdx.x) * kORows * kA, reinterpret_cast<float*>(smem4));
+  if (PDL) pdl_start();
+  phase_o(B, L.wo + size_t(blockIdx.x) * kORows * kA, reinterpret_cast<float*>(smem4), PDL);
 }
+template <bool PDL>
 __global__ void __launch_bounds__(kThreads, 1) k_router(Layer L, Bufs B) {
   extern __shared__ float4 smem4[];
   __shared__ float red[kWarps];
-  phase_router(L, B, L.wr + size_t(blockIdx.x) * kRRows * kH, reinterpret_cast<float*>(smem4), red);
+  if (PDL) pdl_start();
+  phase_router(L, B, L.wr + size_t(blockIdx.x) * kRRows * kH, reinterpret_cast<float*>(smem4), red,
+               PDL);
 }
-__global__ void k_topk(Layer L, Bufs B) { phase_topk(L, B); }
+template <bool PDL>
+__global__ void k_topk(Layer L, Bufs B) {
+  if (PDL) pdl_start(), pdl_wait();
+  phase_topk(L, B);
+}
+
+// A launch with the programmatic-serialization attribute when pdl.
+template <typename... P, typename... A>
+void launch(bool pdl, void (*k)(P...), int grid, int threads, size_t smem, cudaStream_t s,
+            A... args) {
+  cudaLaunchAttribute at{};
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t c{};
+  c.gridDim = dim3(unsigned(grid)), c.blockDim = dim3(unsigned(threads));
+  c.dynamicSmemBytes = smem, c.stream = s, c.attrs = &at, c.numAttrs = pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&c, k, args...));
+}
 
 __global__ void __launch_bounds__(kThreads, 1) barriers_kernel(unsigned* bar, int count) {
   unsigned n = 0;
@@ -456,15 +526,22 @@ int main() {
     for (int l = 0; l < kLayers && arm >= 0; ++l) {
       const Layer& L = layers[size_t(l)];
       if (arm == 0) {
-        k_qkv<<<grid, kThreads, smem_plain, s>>>(L, B);
-        k_attn<<<kSplits, kThreads, 0, s>>>(L, B);
-        k_merge<<<kHeads, 32, 0, s>>>(B);
-        k_o<<<grid, kThreads, smem_plain, s>>>(L, B);
-        k_router<<<kE / kRRows, kThreads, smem_plain, s>>>(L, B);
-        k_topk<<<1, 32, 0, s>>>(L, B);
-      } else if (arm == 1) {
+        launch(false, k_qkv<false>, grid, kThreads, smem_plain, s, L, B);
+        launch(false, k_attn<false>, kSplits, kThreads, 0, s, L, B);
+        launch(false, k_merge<false>, kHeads, 32, 0, s, B);
+        launch(false, k_o<false>, grid, kThreads, smem_plain, s, L, B);
+        launch(false, k_router<false>, kE / kRRows, kThreads, smem_plain, s, L, B);
+        launch(false, k_topk<false>, 1, 32, 0, s, L, B);
+      } else if (arm == 1) {  // (the token's first kernel follows the reset nodes: no PDL edge)
+        launch(l > 0, k_qkv<true>, grid, kThreads, smem_plain, s, L, B);
+        launch(true, k_attn<true>, kSplits, kThreads, 0, s, L, B);
+        launch(true, k_merge<true>, kHeads, 32, 0, s, B);
+        launch(true, k_o<true>, grid, kThreads, smem_plain, s, L, B);
+        launch(true, k_router<true>, kE / kRRows, kThreads, smem_plain, s, L, B);
+        launch(true, k_topk<true>, 1, 32, 0, s, L, B);
+      } else if (arm == 2) {
         layer_kernel<false><<<grid, kThreads, smem_plain, s>>>(L, B, bars + l);
-      } else {
+      } else {  // arm 3
         layer_kernel<true><<<grid, kThreads, smem_staged, s>>>(L, B, bars + l);
       }
       CK(cudaGetLastError());
@@ -492,16 +569,20 @@ int main() {
   std::printf("launched vs CPU: x max|diff|/max|ref| %.2e, top-6 ids %s\n", md / mr,
               ia == ids_ref ? "equal" : "DIFFER");
   bool ok = md / mr < 1e-4 && ia == ids_ref;
-  for (int arm : {1, 2}) {
+  for (int arm : {1, 2, 3}) {
     token(arm), outputs(xb, ib);
     const bool same = xb == xa && ib == ia;
-    std::printf("%s vs launched: %s\n", arm == 1 ? "persistent" : "staged",
+    std::printf("%s vs launched: %s\n",
+                arm == 1   ? "launched with PDL"
+                : arm == 2 ? "persistent"
+                           : "staged",
                 same ? "bit-identical" : "DIFFER");
     ok = ok && same;
   }
 
   // Timing: 20 tokens in a graph, replayed; us a layer.
-  const char* names[] = {"launched (6 kernels a layer)", "persistent (5 grid barriers)",
+  const char* names[] = {"launched (6 kernels a layer)", "launched with PDL",
+                         "persistent (5 grid barriers)",
                          "persistent, Wo and Wr staged in shared memory"};
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -510,7 +591,7 @@ int main() {
   std::printf("%d SMs, one block of %d threads each; per layer %.1f MB of weights\n", sms, kThreads,
               bytes / 1e6);
   double reset_us = 0.0;  // the two reset nodes of a token, a layer's share
-  for (int arm = -1; arm < 3; ++arm) {
+  for (int arm = -1; arm < 4; ++arm) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
