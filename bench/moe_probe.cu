@@ -31,14 +31,7 @@ namespace moetier::cuda {
 bool pdl_enabled() { return true; }
 }  // namespace moetier::cuda
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+#include "cuda_check.cuh"
 
 namespace probe {
 using namespace moetier;

@@ -14,14 +14,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
+#include "cuda_check.cuh"
 
 constexpr int kThreads = 256;
 

@@ -60,17 +60,6 @@ constexpr int kSplitThreads = 128;                            // the split down 
 // multiprocessor of the H200), while on Qwen3-30B-A3B shapes (hidden 2048:
 // 3.9) the split kernel won by 1.2% (docs/cuda.md).
 constexpr int64_t kPairBlocksPerSm = 4;
-int sm_count() {  // of the current device, cached per device (0 where unknown)
-  static int cache[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  if (cache[dev] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 0;
-    cache[dev] = n + 1;
-  }
-  return cache[dev] - 1;
-}
 
 MoeQ8Kernels g_kernels;  // set_moe_q8_kernels
 
@@ -526,7 +515,8 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                         const float*, int64_t, int64_t, float*, int, int);
   if (g_kernels.down_pair && R == 4 && passes <= 4 &&
-      (!g_kernels.down_auto || (hidden + 3) / 4 > kPairBlocksPerSm * int64_t(sm_count()))) {
+      (!g_kernels.down_auto ||
+       (hidden + 3) / 4 > kPairBlocksPerSm * int64_t(current_device_sms()))) {
     static constexpr Down kPair[4] = {moe_down_q8_pair_kernel<4, 1>, moe_down_q8_pair_kernel<4, 2>,
                                       moe_down_q8_pair_kernel<4, 3>, moe_down_q8_pair_kernel<4, 4>};
     const int64_t groups = (hidden + 3) / 4;

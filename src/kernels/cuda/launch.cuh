@@ -167,6 +167,20 @@ __device__ __forceinline__ bool last_block_arrive(unsigned* ctr, unsigned n) {
 // Whether launch() asks for PDL (MOETIER_CUDA_PDL=0 turns it off; read once).
 bool pdl_enabled();
 
+// The current device's multiprocessor count, read once per device ordinal (0
+// where unknown; an inline function: one cache in a program).
+inline int current_device_sms() {
+  static int cache[64] = {};  // per device ordinal: 0 unread, else SMs + 1
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (cache[dev] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 0;
+    cache[dev] = n + 1;
+  }
+  return cache[dev] - 1;
+}
+
 template <typename... P, typename... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
   cudaLaunchAttribute attr[1];

@@ -405,11 +405,11 @@ int stream_sms() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   if (cache[dev] == 0) {
-    int n = 0, major = 0;
+    int major = 0;
+    const int n = current_device_sms();
     bool ok =
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-        major >= 9;
+        n > 0 && major >= 9;
     for (int nb : {64, 128, 256}) {
       int per_sm = 0;
       ok = ok &&
