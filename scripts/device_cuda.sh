@@ -89,9 +89,17 @@ step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) 
     echo "sass $k: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$OUT/sass-$k.txt") instructions, $(grep -c 'IMAD.U32' "$OUT/sass-$k.txt") IMAD.U32"
   done
 }
-step_test() {
-  for t in test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda test_cuda_stage_cuda \
-    test_golden_qwen3; do
+step_test() {  # TESTS: the binaries (default all); TEST_PAR=1: test_cuda_ops_cuda beside the others
+  local all=(${TESTS:-test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda
+    test_cuda_stage_cuda test_golden_qwen3})
+  if [ "${TEST_PAR:-0}" = 1 ] && [[ " ${all[*]} " == *" test_cuda_ops_cuda "* ]]; then
+    TEST_PAR=0 TESTS=test_cuda_ops_cuda step_test >"$OUT/test_ops.txt" 2>&1 &
+    local ops=$!
+    TEST_PAR=0 TESTS="${all[*]/test_cuda_ops_cuda/}" step_test
+    wait $ops; cat "$OUT/test_ops.txt"; rm -f "$OUT/test_ops.txt"
+    return 0
+  fi
+  for t in "${all[@]}"; do
     MOETIER_CPU_ACT=f32 MOETIER_CUDA_ACT=f32 stdbuf -oL -eL ./$B/tests/$t >"$OUT/$t.log" 2>&1 &
     local pid=$! w=0
     while kill -0 $pid 2>/dev/null && [ $w -lt ${TEST_TIMEOUT:-300} ]; do sleep 1; w=$((w + 1)); done
