@@ -328,10 +328,6 @@ class Backend {
   }
   virtual void graph_launch_next(int graph, int64_t pos) {}
   virtual int32_t graph_token(int64_t pos) { return -1; }
-  // A graph may record several steps (forward + argmax_advance each, at the
-  // same pos: the replay advances the device position between them); it then
-  // runs positions pos .. pos + graph_steps - 1, and graph_token reads each.
-  virtual int64_t graph_steps(int graph) const { return 1; }
 };
 
 // The CPU backend (kernels/cpu, the global thread pool).

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -25,36 +24,7 @@ Session::~Session() { drop_graph(); }
 
 void Session::drop_graph() {
   if (graph_ >= 0) model_->backend().graph_drop(graph_);
-  if (graph_run_ >= 0) model_->backend().graph_drop(graph_run_);
-  graph_ = graph_run_ = -1;
-}
-
-// Records `steps` decode steps (forward + the argmax that advances the
-// device's step arguments, each at pos_: the replay reads its position and
-// token from the device) as one graph; nothing runs. -1 if it fails.
-int Session::record_steps(int64_t steps, int32_t token) {
-  Backend& be = model_->backend();
-  const int64_t vocab = model_->spec().vocab_size;
-  if (!device_logits_.data()) device_logits_ = be.alloc(size_t(vocab) * sizeof(float));
-  if (!device_argmax_.data()) device_argmax_ = be.alloc(sizeof(int32_t));
-  ForwardOptions fo;
-  fo.device_logits = device_logits_.as<float>();
-  const int32_t one[1] = {token};
-  const int64_t size = state_->size();
-  try {
-    be.graph_begin(pos_, state_->capacity());
-    for (int64_t i = 0; i < steps; ++i) {
-      model_->forward(one, pos_, *state_, *experts_, fo);
-      be.argmax_advance(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
-    }
-    const int g = be.graph_end();
-    state_->set_size(size);
-    return g;
-  } catch (const Error&) {
-    be.graph_abort();
-    state_->set_size(size);
-    return -1;
-  }
+  graph_ = -1;
 }
 
 // A graph records a one-token step on the device tables.
@@ -86,8 +56,20 @@ bool Session::decode_graph(int32_t token, bool logits) {
   const int64_t vocab = model_->spec().vocab_size;
   if (graph_ < 0) {
     if (plain_decodes_ == 0) return false;
-    graph_ = record_steps(1, token);
-    if (graph_ < 0) {
+    if (!device_logits_.data()) device_logits_ = be.alloc(size_t(vocab) * sizeof(float));
+    if (!device_argmax_.data()) device_argmax_ = be.alloc(sizeof(int32_t));
+    ForwardOptions fo;
+    fo.device_logits = device_logits_.as<float>();
+    const int32_t one[1] = {token};
+    const int64_t size = state_->size();
+    try {
+      be.graph_begin(pos_, state_->capacity());
+      model_->forward(one, pos_, *state_, *experts_, fo);
+      be.argmax_advance(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
+      graph_ = be.graph_end();
+    } catch (const Error&) {
+      be.graph_abort();
+      state_->set_size(size);
       graphs_off_ = true;
       return false;
     }
@@ -157,44 +139,17 @@ bool Session::can_decode_ahead(const ForwardOptions& opt) const {
          !experts_->device_steps_need_host();
 }
 
-// MOETIER_GRAPH_STEPS (read at each run: an A/B switch): decode steps a
-// replay of decode_greedy_run runs, 1 to 16.
-static int64_t run_graph_steps() {
-  const char* v = std::getenv("MOETIER_GRAPH_STEPS");
-  if (!v) return kRunGraphSteps;
-  char* end = nullptr;
-  const long k = std::strtol(v, &end, 10);
-  check(end != v && *end == '\0' && k >= 1 && k <= 16,
-        "MOETIER_GRAPH_STEPS={}: expected a number of steps from 1 to 16", v);
-  return k;
-}
-
-void Session::launch_ahead(const int32_t* token, int graph, int64_t steps) {
-  check(pos_ + steps <= state_->capacity(),
-        "session: {} positions + {} tokens exceed the session's capacity {}", pos_, steps,
+void Session::launch_ahead(const int32_t* token) {
+  check(pos_ + 1 <= state_->capacity(),
+        "session: {} positions + 1 token exceed the session's capacity {}", pos_,
         state_->capacity());
   Backend& be = model_->backend();
   if (token)
-    be.graph_launch(graph, pos_, *token);
+    be.graph_launch(graph_, pos_, *token);
   else
-    be.graph_launch_next(graph, pos_);
-  pos_ += steps, ahead_ += steps;
-  state_->set_size(pos_);
-}
-
-// The multi-step graph for k steps (recorded now if need be; nothing in
-// flight), or -1: k is 1 or its recording failed.
-int Session::run_graph(int64_t k, int32_t token) {
-  Backend& be = model_->backend();
-  if (graph_run_ >= 0 && be.graph_steps(graph_run_) != k) {
-    be.graph_drop(graph_run_);
-    graph_run_ = -1;
-  }
-  if (k > 1 && graph_run_ < 0 && !run_off_) {
-    graph_run_ = record_steps(k, token);
-    run_off_ = graph_run_ < 0;
-  }
-  return k > 1 ? graph_run_ : -1;
+    be.graph_launch_next(graph_, pos_);
+  state_->set_size(pos_ + 1);
+  ++pos_, ++ahead_;
 }
 
 int32_t Session::take_ahead() {
@@ -215,17 +170,6 @@ int64_t Session::decode_greedy_run(int32_t token, int64_t n,
       continue;
     }
     logits_.clear();
-    const int64_t k = run_graph_steps();
-    const int multi = run_graph(k, token);
-    // Replays in flight: a k-step one whenever at most one replay's steps are
-    // unread (so two are queued), else single steps one ahead; each within n
-    // and the capacity. false: nothing launched.
-    auto launch_more = [&](const int32_t* tok) {
-      const int64_t room = std::min(n - done - ahead_, state_->capacity() - pos_);
-      if (multi >= 0 && ahead_ <= k && room >= k) return launch_ahead(tok, multi, k), true;
-      if (ahead_ <= 1 && room >= 1) return launch_ahead(tok, graph_, 1), true;
-      return false;
-    };
     auto settle = [&] {  // steps launched past the stop: their positions are taken back
       if (ahead_ == 0) return;
       model_->backend().synchronize();
@@ -234,9 +178,9 @@ int64_t Session::decode_greedy_run(int32_t token, int64_t n,
     };
     bool go = true;
     try {
-      if (!launch_more(&token)) launch_ahead(&token, graph_, 1);  // (refuses a full session)
-      while (go && ahead_ > 0) {  // steps in flight behind the one whose token is read next
-        launch_more(nullptr);
+      launch_ahead(&token);
+      while (go && ahead_ > 0) {  // one step in flight behind the one whose token is read next
+        if (done + ahead_ < n && pos_ < state_->capacity()) launch_ahead(nullptr);
         token = take_ahead();
         ++done;
         go = on_token(token) && done < n;

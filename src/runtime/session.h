@@ -37,9 +37,6 @@ namespace moetier {
 
 class Checkpoint;
 
-// Decode steps one replay of decode_greedy_run runs (MOETIER_GRAPH_STEPS).
-inline constexpr int64_t kRunGraphSteps = 4;
-
 class Session {
  public:
   Session(const Model& model, ExpertProvider& experts, int64_t capacity);
@@ -63,10 +60,7 @@ class Session {
   // launched before step t's token is read (it reads that token on the
   // device: Backend::graph_launch_next), so the device does not wait for the
   // host between steps; a step launched past a stop is discarded and its
-  // position taken back. MOETIER_DECODE_AHEAD=0: one step at a time. A
-  // replay runs kRunGraphSteps steps (MOETIER_GRAPH_STEPS, 1 to 16) where the
-  // run and the capacity have room for them, so the device crosses a graph
-  // boundary once per replay; steps past a stop are discarded as above.
+  // position taken back. MOETIER_DECODE_AHEAD=0: one step at a time.
   int64_t decode_greedy_run(int32_t token, int64_t n, const std::function<bool(int32_t)>& on_token,
                             const ForwardOptions& opt = {});
   // Moves the position back (later positions are recomputed by the next step).
@@ -92,10 +86,8 @@ class Session {
   // decode_greedy_run's steps in flight: launch_ahead(token) the step for a
   // host token, launch_ahead() the step for the token the newest one makes;
   // take_ahead() waits for the oldest and returns its token.
-  void launch_ahead(const int32_t* token, int graph, int64_t steps);
+  void launch_ahead(const int32_t* token);
   int32_t take_ahead();
-  int record_steps(int64_t steps, int32_t token);
-  int run_graph(int64_t k, int32_t token);
 
   const Model* model_;
   ExpertProvider* experts_;
@@ -105,8 +97,6 @@ class Session {
   // Decode graphs (Backend::graph_*): recorded on the second decode step of a
   // resident model, replayed after; dropped when another forward runs.
   int graph_ = -1;
-  int graph_run_ = -1;    // decode_greedy_run's replay of several steps (Backend::graph_steps)
-  bool run_off_ = false;  // its recording failed: single steps
   int64_t plain_decodes_ = 0;
   bool graphs_off_ = false;
   DeviceBuffer device_logits_;  // [vocab]

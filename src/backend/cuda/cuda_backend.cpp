@@ -331,8 +331,8 @@ CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : graphs_)
     if (g) cudaGraphExecDestroy(g);
   step_dev_.reset(), step_host_.reset(), step_ring_.reset();
-  for (Replay& r : replays_)
-    if (r.done) cudaEventDestroy(r.done);
+  for (cudaEvent_t e : step_done_)
+    if (e) cudaEventDestroy(e);
   if (copy_stream_) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
   copy_stream_ = nullptr;
   if (writes_done_) cudaEventSynchronize(writes_done_);
@@ -502,9 +502,9 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
   if (!step_dev_.data()) {
     step_dev_ = alloc(sizeof(StepArgs));
     step_host_ = alloc_host(sizeof(StepArgs));
-    step_ring_ = alloc_host(cuda::kStepRing * sizeof(int32_t));
-    for (Replay& r : replays_)
-      cuda_check(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming), "step event");
+    step_ring_ = alloc_host(2 * sizeof(int32_t));
+    for (cudaEvent_t& e : step_done_)
+      cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step event");
   }
   // Attention's split scratch for any step up to max_positions (heads <= 128,
   // head_dim <= 256): nothing may be allocated while recording.
@@ -512,7 +512,6 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
   recording_ = true;
   record_pos_ = pos;
   record_max_ = max_positions;
-  record_steps_ = 0;
   join_staged();  // (stagings of a plain step that threw: joined outside the capture)
   cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin capture");
 }
@@ -523,37 +522,18 @@ int CudaBackend::graph_end() {
   recording_ = false;
   cudaGraph_t g = nullptr;
   cuda_check(cudaStreamEndCapture(stream_, &g), "end capture");
-  if (record_steps_ > cuda::kStepRing / 4) {  // two replays in flight keep their tokens in the ring
-    cudaGraphDestroy(g);
-    throw Error(fmt::format("cuda graph: {} steps in one graph, at most {}", record_steps_,
-                            cuda::kStepRing / 4));
-  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
   cuda_check(e, "instantiate graph");
   graphs_.push_back(exec);
-  graph_steps_.push_back(record_steps_ > 0 ? record_steps_ : 1);
   return int(graphs_.size() - 1);
 }
 
-int64_t CudaBackend::graph_steps(int graph) const {
+void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
   check(graph >= 0 && size_t(graph) < graphs_.size() && graphs_[size_t(graph)],
         "cuda graph: no graph {}", graph);
-  return graph_steps_[size_t(graph)];
-}
-
-// The replay just launched (graph, from position pos): its event, in turn.
-void CudaBackend::record_replay(int graph, int64_t pos) {
-  Replay& r = replays_[replay_next_++ % 4];
-  r.first = pos, r.steps = graph_steps_[size_t(graph)];
-  cuda_check(cudaEventRecord(r.done, stream_), "step event");
-}
-
-void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
-  const int64_t n = graph_steps(graph);
-  check(pos >= 0 && pos + n <= record_max_, "cuda graph: positions {}..{} outside [0, {})", pos,
-        pos + n - 1, record_max_);
+  check(pos >= 0 && pos < record_max_, "cuda graph: position {} outside [0, {})", pos, record_max_);
   synchronize();  // the pinned step slot may still be read by the previous replay
   auto* h = step_host_.as<StepArgs>();
   h->pos = pos;
@@ -562,7 +542,7 @@ void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
       cudaMemcpyAsync(step_dev_.data(), h, sizeof(StepArgs), cudaMemcpyHostToDevice, stream_),
       "step args");
   cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
-  record_replay(graph, pos);
+  cuda_check(cudaEventRecord(step_done_[pos & 1], stream_), "step event");
 }
 
 void CudaBackend::graph_record_advance(const int32_t* next) {
@@ -570,7 +550,6 @@ void CudaBackend::graph_record_advance(const int32_t* next) {
   auto* a = step_dev_.as<StepArgs>();
   cuda::advance_step(&a->pos, &a->token, next, step_ring_.as<int32_t>(), stream_);
   after("advance step");
-  ++record_steps_;
 }
 
 // While recording, the argmax's last block advances the step (one launch).
@@ -580,30 +559,22 @@ void CudaBackend::argmax_advance(const float* x, int64_t n, int32_t* out) {
   auto* a = step_dev_.as<StepArgs>();
   const cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>()};
   cuda::argmax(x, n, out, &sync()->argmax, stream_, &adv), after("argmax + advance step");
-  ++record_steps_;
 }
 
 // No synchronize and no step arguments from the host: the replay before
 // (the same stream) left them.
 void CudaBackend::graph_launch_next(int graph, int64_t pos) {
-  const int64_t n = graph_steps(graph);
-  check(pos >= 0 && pos + n <= record_max_, "cuda graph: positions {}..{} outside [0, {})", pos,
-        pos + n - 1, record_max_);
+  check(graph >= 0 && size_t(graph) < graphs_.size() && graphs_[size_t(graph)],
+        "cuda graph: no graph {}", graph);
+  check(pos >= 0 && pos < record_max_, "cuda graph: position {} outside [0, {})", pos, record_max_);
   cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
-  record_replay(graph, pos);
+  cuda_check(cudaEventRecord(step_done_[pos & 1], stream_), "step event");
 }
 
-// The newest replay that covers pos (a later one may cover it again after a
-// rewind); kStepRing positions of tokens are kept, at most two replays'.
 int32_t CudaBackend::graph_token(int64_t pos) {
-  for (int64_t i = 1; i <= 4 && i <= replay_next_; ++i) {
-    const Replay& r = replays_[(replay_next_ - i) % 4];
-    if (pos < r.first || pos >= r.first + r.steps) continue;
-    cuda_check(cudaEventSynchronize(r.done), "step");
-    return *static_cast<volatile const int32_t*>(step_ring_.as<int32_t>() +
-                                                 (pos & (cuda::kStepRing - 1)));
-  }
-  throw Error(fmt::format("cuda graph: no replay at position {}", pos));
+  check(step_done_[pos & 1] != nullptr, "cuda graph: no replay at position {}", pos);
+  cuda_check(cudaEventSynchronize(step_done_[pos & 1]), "step");
+  return *static_cast<volatile const int32_t*>(step_ring_.as<int32_t>() + (pos & 1));
 }
 
 void CudaBackend::graph_abort() {

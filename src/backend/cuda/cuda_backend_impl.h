@@ -81,7 +81,6 @@ class CudaBackend final : public Backend {
   void graph_drop(int graph) override;
   void graph_abort() override;
   void graph_record_advance(const int32_t* next) override;
-  int64_t graph_steps(int graph) const override;
   void argmax_advance(const float* x, int64_t n, int32_t* out) override;
   void graph_launch_next(int graph, int64_t pos) override;
   int32_t graph_token(int64_t pos) override;
@@ -278,19 +277,10 @@ class CudaBackend final : public Backend {
   };
   bool recording_ = false;
   int64_t record_pos_ = 0, record_max_ = 0;
-  int64_t record_steps_ = 0;           // advances recorded so far (the steps of the graph)
   DeviceBuffer step_dev_, step_host_;  // [1] StepArgs device / pinned host
-  DeviceBuffer step_ring_;  // [kStepRing] int32 pinned host: position p's token at p % kStepRing
-  // The latest replays (launched in turn): positions [first, first + steps), done when `done`.
-  struct Replay {
-    int64_t first = -1, steps = 0;
-    cudaEvent_t done = nullptr;
-  };
-  Replay replays_[4];
-  int64_t replay_next_ = 0;  // replays_[replay_next_ % 4] is the next to launch
-  void record_replay(int graph, int64_t pos);
+  DeviceBuffer step_ring_;             // [2] int32 pinned host: the token of position p at p & 1
+  cudaEvent_t step_done_[2] = {};      // the replay of position p done: p & 1
   std::vector<cudaGraphExec_t> graphs_;
-  std::vector<int64_t> graph_steps_;  // [graphs_] decode steps each replay runs
   std::string timing_path_;
   std::string trace_path_;  // MOETIER_CUDA_TRACE: the decode timeline, per launch (write_trace)
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;

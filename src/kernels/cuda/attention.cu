@@ -393,11 +393,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
                        float* scratch, DecodePrep prep, unsigned* done) {
   extern __shared__ float4 smem4[];
   const int hd = HD ? HD : int(hd_rt);
-  // d_pos through L2: in a graph of several steps the argmax three launches
-  // back (a kernel that has completed) wrote it.
-  const int64_t pos =
-      d_pos ? int64_t(__ldcg(reinterpret_cast<const long long*>(d_pos))) : first_pos;
-  const int64_t len = pos + 1;
+  const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
   int64_t tps = 0, splits = 0;
   decode_layout(len, tps, splits);
   const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;

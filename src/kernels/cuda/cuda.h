@@ -75,9 +75,7 @@ struct ArgmaxScratch {
   unsigned done;
 };
 // A decode graph's step arguments (Backend::graph_record_advance): *pos += 1,
-// *token = the step's token, ring[old pos % kStepRing] = it (host-visible
-// pinned memory: the tokens of the replays in flight, at most kStepRing).
-constexpr int kStepRing = 64;
+// *token = the step's token, ring[old pos & 1] = it (host-visible pinned memory).
 struct StepAdvance {
   int64_t* pos = nullptr;
   int32_t* token = nullptr;

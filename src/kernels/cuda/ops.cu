@@ -66,15 +66,11 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
 }
 __global__ void fill_kernel(float* x, int64_t n) { GRID_STRIDE(i, n) x[i] = 0.0f; }
 
-// ids are read after grid_wait: in a graph of several decode steps they are
-// the token the step before wrote (its argmax, the launch before this one).
 template <int ENC>
 __global__ void embed_kernel(const uint8_t* w, const uint8_t* sc, int64_t cols, const int32_t* ids,
                              int64_t n, float* out) {
   __shared__ float lut[16];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
-  grid_wait();
-  grid_launch_dependents();
   __syncthreads();
   GRID_STRIDE(i, n * cols) out[i] = weight_at<ENC>(w, sc, ids[i / cols], i % cols, cols, lut);
 }
@@ -134,7 +130,7 @@ __global__ void __launch_bounds__(kArgThreads)
     *out = si[0], sc->done = 0;
     if (adv.pos) {  // as advance_step_kernel, after every kernel of the step (grid_wait)
       const int64_t p = *adv.pos;
-      *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & (kStepRing - 1)] = si[0];
+      *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & 1] = si[0];
       __threadfence_system();
     }
   }
@@ -172,7 +168,7 @@ __global__ void advance_step_kernel(int64_t* pos, int32_t* token, const int32_t*
   const int32_t t = *next;
   *pos = p + 1;
   *token = t;
-  ring[p & (kStepRing - 1)] = t;
+  ring[p & 1] = t;
   __threadfence_system();
 }
 }  // namespace
@@ -229,13 +225,13 @@ void embed(const MatView& t, const int32_t* ids, int64_t n, float* out, cudaStre
   const unsigned g = grid_for(n * t.cols, 256);
   switch (t.enc) {
     case WeightEncoding::F32:
-      return launch(embed_kernel<kF32>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
+      return embed_kernel<kF32><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
     case WeightEncoding::BF16:
-      return launch(embed_kernel<kBF16>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
+      return embed_kernel<kBF16><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
     case WeightEncoding::MXFP4:
-      return launch(embed_kernel<kMXFP4>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
+      return embed_kernel<kMXFP4><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
     case WeightEncoding::CB3:
-      return launch(embed_kernel<kCB3>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
+      return embed_kernel<kCB3><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
   }
 }
 
