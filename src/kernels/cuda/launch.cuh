@@ -35,6 +35,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -168,17 +169,21 @@ __device__ __forceinline__ bool last_block_arrive(unsigned* ctr, unsigned n) {
 bool pdl_enabled();
 
 // The current device's multiprocessor count, read once per device ordinal (0
-// where unknown; an inline function: one cache in a program).
+// where unknown; an inline function: one cache in a program). Threads that
+// read a device first at the same time each store the same value (relaxed
+// atomics: the race is defined and harmless).
 inline int current_device_sms() {
-  static int cache[64] = {};  // per device ordinal: 0 unread, else SMs + 1
+  static std::atomic<int> cache[64]{};  // per device ordinal: 0 unread, else SMs + 1
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  if (cache[dev] == 0) {
+  int c = cache[dev].load(std::memory_order_relaxed);
+  if (c == 0) {
     int n = 0;
     if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 0;
-    cache[dev] = n + 1;
+    c = n + 1;
+    cache[dev].store(c, std::memory_order_relaxed);
   }
-  return cache[dev] - 1;
+  return c - 1;
 }
 
 template <typename... P, typename... A>

@@ -47,6 +47,7 @@
 // can only start once every block of this grid has triggered, so all G
 // blocks are resident before anything else can take their SMs.
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
@@ -399,12 +400,15 @@ Kernel kernel_for(int nb) {
 
 // The current device's SM count where it is sm_90+ and one block of every
 // kernel fits an SM at kSmemMax of shared memory (so at any launch's, which
-// takes less), else 0 (read once per device, not on every launch).
+// takes less), else 0 (read once per device, not on every launch; threads
+// that check a device at once each store the same value, as
+// current_device_sms does).
 int stream_sms() {
-  static int cache[64];  // per device ordinal: 0 unread, else SMs + 1
+  static std::atomic<int> cache[64]{};  // per device ordinal: 0 unread, else SMs + 1
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  if (cache[dev] == 0) {
+  int c = cache[dev].load(std::memory_order_relaxed);
+  if (c == 0) {
     int major = 0;
     const int n = current_device_sms();
     bool ok =
@@ -420,9 +424,10 @@ int stream_sms() {
            per_sm >= 1;
     }
     (void)cudaGetLastError();
-    cache[dev] = (ok ? n : 0) + 1;
+    c = (ok ? n : 0) + 1;
+    cache[dev].store(c, std::memory_order_relaxed);
   }
-  return cache[dev] - 1;
+  return c - 1;
 }
 
 }  // namespace
