@@ -92,7 +92,7 @@ step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) 
 step_test() {  # TESTS: the binaries (default all); TEST_PAR=1: test_cuda_ops_cuda beside the others
   local all=(${TESTS:-test_backend_cuda test_cuda_ops_cuda test_cuda_fused_cuda test_cuda_model_cuda
     test_cuda_stage_cuda test_golden_qwen3})
-  if [ "${TEST_PAR:-0}" = 1 ] && [[ " ${all[*]} " == *" test_cuda_ops_cuda "* ]]; then
+  if [ "${TEST_PAR:-0}" = 1 ] && [ ${#all[@]} -gt 1 ] && [[ " ${all[*]} " == *" test_cuda_ops_cuda "* ]]; then
     TEST_PAR=0 TESTS=test_cuda_ops_cuda step_test >"$OUT/test_ops.txt" 2>&1 &
     local ops=$!
     TEST_PAR=0 TESTS="${all[*]/test_cuda_ops_cuda/}" step_test

@@ -168,22 +168,30 @@ __device__ __forceinline__ bool last_block_arrive(unsigned* ctr, unsigned n) {
 // Whether launch() asks for PDL (MOETIER_CUDA_PDL=0 turns it off; read once).
 bool pdl_enabled();
 
-// The current device's multiprocessor count, read once per device ordinal (0
-// where unknown; an inline function: one cache in a program). Threads that
-// read a device first at the same time each store the same value (relaxed
-// atomics: the race is defined and harmless).
-inline int current_device_sms() {
-  static std::atomic<int> cache[64]{};  // per device ordinal: 0 unread, else SMs + 1
+// compute(device) for the current device, computed once per device ordinal
+// and kept (0 where the device is unknown); one cache per F (each caller's
+// lambda). Threads that reach a device first at the same time each compute
+// and store the same value (relaxed atomics: the race is defined, harmless).
+template <typename F>
+int per_device_once(F compute) {
+  static std::atomic<int> cache[64]{};  // per device ordinal: 0 unread, else value + 1
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   int c = cache[dev].load(std::memory_order_relaxed);
   if (c == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 0;
-    c = n + 1;
+    c = compute(dev) + 1;
     cache[dev].store(c, std::memory_order_relaxed);
   }
   return c - 1;
+}
+
+// The current device's multiprocessor count (0 where unknown; an inline
+// function: one cache in a program).
+inline int current_device_sms() {
+  return per_device_once([](int dev) {
+    int n = 0;
+    return cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess ? n : 0;
+  });
 }
 
 template <typename... P, typename... A>

@@ -47,7 +47,6 @@
 // can only start once every block of this grid has triggered, so all G
 // blocks are resident before anything else can take their SMs.
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
@@ -400,15 +399,9 @@ Kernel kernel_for(int nb) {
 
 // The current device's SM count where it is sm_90+ and one block of every
 // kernel fits an SM at kSmemMax of shared memory (so at any launch's, which
-// takes less), else 0 (read once per device, not on every launch; threads
-// that check a device at once each store the same value, as
-// current_device_sms does).
+// takes less), else 0 (checked once per device, not on every launch).
 int stream_sms() {
-  static std::atomic<int> cache[64]{};  // per device ordinal: 0 unread, else SMs + 1
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int c = cache[dev].load(std::memory_order_relaxed);
-  if (c == 0) {
+  return per_device_once([](int dev) {
     int major = 0;
     const int n = current_device_sms();
     bool ok =
@@ -424,10 +417,8 @@ int stream_sms() {
            per_sm >= 1;
     }
     (void)cudaGetLastError();
-    c = (ok ? n : 0) + 1;
-    cache[dev].store(c, std::memory_order_relaxed);
-  }
-  return c - 1;
+    return ok ? n : 0;
+  });
 }
 
 }  // namespace
