@@ -82,7 +82,7 @@ step_chain() {  # a decode layer's dense chain as one persistent launch (bench/c
 step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) and their instruction counts
   local p=.carry/probe/moe_probe
   [ -x $p ] || p=/tmp/moe_probe
-  for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8 split_kernelILi4ELi3 split_kernelILi4ELi2}; do
+  for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8ELb0E moe_gate_up_q8_kernelILi8ELb1E split_kernelILi4ELi3 split_kernelILi4ELi2}; do
     local f; f=$(cuobjdump -symbols $p 2>/dev/null | grep -o "_Z[A-Za-z0-9_]*$k[A-Za-z0-9_]*" | head -1)
     [ -n "$f" ] || { echo "sass: no kernel $k"; continue; }
     cuobjdump -sass -fun "$f" $p >"$OUT/sass-$k.txt" 2>&1

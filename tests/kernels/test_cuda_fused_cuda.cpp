@@ -155,17 +155,20 @@ TEST(CudaFused, MatmulAddMatchesCpu) {
 // back with x written by a kernel right before each; both activation modes
 // (q8: the fused kernels; f32: the default composition of CUDA ops), and with
 // the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by the router,
-// MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0) and off (0: the
-// default composition).
+// MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0; "1s": by the router,
+// gate/up loading all of its weight scales at its start,
+// MOETIER_CUDA_GATE_SCALES=start, q8 only) and off (0: the default composition).
 TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   REQUIRE_GPU();
   struct Case {
     int64_t experts, k, H, I;
   };
-  for (const char* fuse : {"1", "1r", "0"})
+  for (const char* fuse : {"1", "1r", "1s", "0"})
     for (const char* mode : {"q8", "f32"}) {
+      if (fuse[1] == 's' && mode[0] == 'f') continue;  // f32 runs no q8 kernel
       EnvVar env("MOETIER_CUDA_FUSE", fuse[0] == '1' ? "1" : "0");
       EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", fuse[1] == 'r' ? "0" : "1");
+      EnvVar gs("MOETIER_CUDA_GATE_SCALES", fuse[1] == 's' ? "start" : "chunk");
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);

@@ -131,6 +131,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.down_auto = false;  // the variable chose
   }
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
+  // MOETIER_CUDA_GATE_SCALES=start: gate/up loads all of its weight scales at its start
+  // (decode_q8.cu), =chunk (default) one chunk ahead.
+  if (auto v = choice("MOETIER_CUDA_GATE_SCALES", {"chunk", "start"}); !v.empty())
+    mk.gate_scales_start = v == "start";
+  // MOETIER_CUDA_ATTN_TILE=group: decode attention's tiles read once for a group of 8 query
+  // heads of head_dim 128 (attention.cu), =head (default) once a head.
+  cuda::set_attention_group_tile(choice("MOETIER_CUDA_ATTN_TILE", {"head", "group"}) == "group");
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as

@@ -252,6 +252,10 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
+// Decode attention for groups of 8 query heads of head_dim 128: each tile's K
+// and V read from shared memory once for the group (attention.cu's
+// attend_tile_group) instead of once a head (A/B; not yet measured).
+void set_attention_group_tile(bool group);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);
@@ -309,6 +313,9 @@ struct MoeQ8Kernels {
   // hidden / 4 blocks passes kPairBlocksPerSm a multiprocessor
   bool down_auto = true;
   bool stream = false;
+  // gate/up loads every chunk's weight scales at its start, not one chunk ahead
+  // (where hidden <= 4096; A/B, not yet measured in a decode step)
+  bool gate_scales_start = false;
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 // Gate/up and down of the q8 step in one persistent launch streaming the
