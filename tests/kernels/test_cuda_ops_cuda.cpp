@@ -388,7 +388,9 @@ void fused_router_cases() {
                        Case{WeightEncoding::BF16, 61, 72, 4, 1, true},
                        Case{WeightEncoding::MXFP4, 63, 96, 5, 1, true},
                        Case{WeightEncoding::MXFP4, 254, 96, 6, 1, true},
-                       Case{WeightEncoding::BF16, 128, 2048, 8, 3, true}}) {
+                       Case{WeightEncoding::BF16, 128, 2048, 8, 3, true},
+                       Case{WeightEncoding::BF16, 256, 4096, 6, 1, true},
+                       Case{WeightEncoding::BF16, 100, 2056, 4, 1, false}}) {
     HostMatrix r(c.enc, c.e, c.cols, rng);
     const MatView dr = f.gpu->weights(r.view, f.store);
     for (int rep = 0; rep < 2; ++rep) {
@@ -419,14 +421,19 @@ void fused_router_cases() {
 // must be back at 0 for the next call; n = 3 and unaligned widths take the
 // two-launch path. At 4, 1 and 2 rows a block (MOETIER_CUDA_ROUTER_ROWS; the
 // default last): 61 and 63 experts leave a part block at 2 and 4 rows, 254
-// at 4 (the fused path: widths a multiple of the chunk).
+// at 4 (the fused path: widths a multiple of the chunk). With one and two
+// chunks of weights a thread loaded before the wait
+// (MOETIER_CUDA_GEMV_PRELOAD; the default last): 4096 and 2056 bf16 columns
+// give a thread 2 chunks, and 1 or 2.
 TEST(CudaOps, FusedRouterMatchesCpu) {
   REQUIRE_GPU();
-  for (const char* rows : {"4", "1", "2"}) {
-    EnvVar env("MOETIER_CUDA_ROUTER_ROWS", rows);
-    SCOPED_TRACE(std::string("router rows ") + rows);
-    fused_router_cases();
-  }
+  for (const char* preload : {"2", "1"})
+    for (const char* rows : {"4", "1", "2"}) {
+      EnvVar pre("MOETIER_CUDA_GEMV_PRELOAD", preload);
+      EnvVar env("MOETIER_CUDA_ROUTER_ROWS", rows);
+      SCOPED_TRACE(std::string("router rows ") + rows + ", preload " + preload);
+      fused_router_cases();
+    }
 }
 
 // Random expert groups against the CPU: a chunk of 40 tokens (the f32 path)
@@ -835,6 +842,7 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_MOE_STREAM", "on"},
                                                         {"MOETIER_CUDA_GATE_SCALES", "all"},
                                                         {"MOETIER_CUDA_ATTN_TILE", "warp"},
+                                                        {"MOETIER_CUDA_GEMV_PRELOAD", "3"},
                                                         {"MOETIER_CUDA_STAGE", "l2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;

@@ -252,6 +252,10 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
+// Chunks per thread (1, the default, or 2) whose weights the block GEMV and
+// the router load before their grid_wait (decode.cu's block_rows_dot; A/B,
+// not yet measured).
+void set_gemv_preload(int chunks);
 // Decode attention for groups of 8 query heads of head_dim 128: each tile's K
 // and V read from shared memory once for the group (attention.cu's
 // attend_tile_group) instead of once a head (A/B; not yet measured).
