@@ -843,6 +843,7 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_GATE_SCALES", "all"},
                                                         {"MOETIER_CUDA_ATTN_TILE", "warp"},
                                                         {"MOETIER_CUDA_GEMV_PRELOAD", "3"},
+                                                        {"MOETIER_CUDA_ROUTER_Q8_LATE", "2"},
                                                         {"MOETIER_CUDA_STAGE", "l2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;

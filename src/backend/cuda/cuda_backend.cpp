@@ -152,6 +152,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
+  // MOETIER_CUDA_ROUTER_Q8_LATE=1: the router quantizes x after its blocks' count, beside its
+  // top-k, instead of before the count (cuda::RouterQ8::late; A/B).
+  router_q8_late_ = env_int("MOETIER_CUDA_ROUTER_Q8_LATE", 0, 1, 0) == 1;
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded

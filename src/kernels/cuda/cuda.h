@@ -110,6 +110,7 @@ struct RouterQ8 {
   float* xd = nullptr;             // [cols / 32] their scales
   const void* prefetch = nullptr;  // [prefetch_bytes], brought into L2
   int64_t prefetch_bytes = 0;
+  int late = 0;  // quantize after the router's count, beside its top-k (A/B; not yet measured)
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,

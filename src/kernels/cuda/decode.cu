@@ -151,22 +151,23 @@ __device__ __forceinline__ void prefetch_l2(const RouterQ8& q8) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128 * i));
 }
 
-// x's q8 blocks b = blockIdx.x, + gridDim.x, ... (warp 0, lane j column 32 b
-// + j), of nw * (x * r) with r the router's own 1 / rms(x) (block_rstd) where
-// NORM. After block_rows_dot.
+// x's q8 blocks b = blockIdx.x, + gridDim.x, ... (warp `warp`, lane j column
+// 32 b + j), of nw * (x * r) with r the router's own 1 / rms(x) (block_rstd)
+// where NORM. After block_rows_dot.
 template <bool NORM, int R>
 __device__ __forceinline__ void router_quantize(const float* x, const float* nw, float eps,
                                                 int64_t cols, const float (*red)[kMaxThreads / 32],
-                                                const RouterQ8& q8) {
-  if (threadIdx.x >= 32) return;
+                                                const RouterQ8& q8, int warp) {
+  if (int(threadIdx.x / 32) != warp) return;
+  const int lane = int(threadIdx.x & 31);
   const float r = NORM ? block_rstd(red[R], cols, eps) : 1.0f;
   auto* xq = static_cast<Q8x*>(q8.xq);
   for (int64_t b = blockIdx.x; b < cols / 32; b += gridDim.x) {
-    const int64_t j = 32 * b + threadIdx.x;
+    const int64_t j = 32 * b + lane;
     float v = __ldg(x + j);
     if constexpr (NORM) v = __ldg(nw + j) * (v * r);
     const float d = quantize_warp(v, xq + b);
-    if (threadIdx.x == 0) q8.xd[b] = d;
+    if (lane == 0) q8.xd[b] = d;
   }
 }
 
@@ -174,7 +175,10 @@ __device__ __forceinline__ void router_quantize(const float* x, const float* nw,
 // last block to finish (counted in *done, which it resets to 0) runs the
 // softmax top-k on all e logits (probs may alias nothing but itself: logits go
 // to probs). NORM: the logits of rmsnorm(x, nw, eps). q8 (RouterQ8): x's q8
-// blocks for the MoE step, and the table's prefetch.
+// blocks for the MoE step, and the table's prefetch; with q8.late, quantized
+// after the block's count instead of before it (warp 1, beside the last
+// block's top-k in warp 0; a block of one warp after its top-k), so the
+// count, and with it the top-k, does not wait for the quantization.
 template <int ENC, int V, bool NORM, int R, int P>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
@@ -189,16 +193,20 @@ __global__ void __launch_bounds__(kMaxThreads)
   unsigned ts = 0;  // trace marks: dot, count, top-k
   const float t =
       block_rows_dot<ENC, R, NORM, 3, P>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
-  if (q8.xq) router_quantize<NORM, R>(x, nw, eps, cols, red, q8);
+  if (q8.xq && !q8.late) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
   trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
   if (threadIdx.x < R && row0 + threadIdx.x < e) probs[row0 + threadIdx.x] = t;
   const bool last = last_block_arrive(done, gridDim.x);  // the logits visible to the last block
   trace_mark(ts, 2);
+  const int qw = blockDim.x > 32 ? 1 : 0;  // q8.late: the quantizing warp
+  if (q8.xq && q8.late && (!last || qw == 1))
+    router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
   if (!last) return;
   if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
   if (threadIdx.x == 0) *done = 0;
+  if (q8.xq && q8.late && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
   trace_mark(ts, 3);
 }
 
