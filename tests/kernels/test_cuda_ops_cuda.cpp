@@ -282,11 +282,13 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
 
 // The first maximum over one to several blocks, with the maximum repeated
 // (the lowest index wins), twice per size (the block counter is reset).
-TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
-  REQUIRE_GPU();
+namespace {
+// 8192: the DeepSeek-shaped vocabulary (16 values a thread); 600001: more
+// than 16 a thread (128 blocks), past the values requested at once.
+void argmax_cases() {
   BackendPair f;
   std::mt19937 rng(29);
-  for (int64_t n : {1, 7, 1000, 4099, 151936, 300001})
+  for (int64_t n : {1, 7, 1000, 4099, 8192, 151936, 300001, 600001})
     for (int rep = 0; rep < 2; ++rep) {
       auto x = randn(size_t(n), rng, 3.0f);
       std::uniform_int_distribution<int64_t> at(0, n - 1);
@@ -301,6 +303,16 @@ TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
       f.gpu->to_host(&got, dout, 4);
       EXPECT_EQ(got, int32_t(std::min(a, b))) << n;
     }
+}
+}  // namespace
+
+TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
+  REQUIRE_GPU();
+  for (const char* pre : {"1", "0"}) {  // MOETIER_CUDA_ARGMAX_PRELOAD; the default last
+    EnvVar e("MOETIER_CUDA_ARGMAX_PRELOAD", pre);
+    SCOPED_TRACE(std::string("preload ") + pre);
+    argmax_cases();
+  }
 }
 
 TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
@@ -421,19 +433,15 @@ void fused_router_cases() {
 // must be back at 0 for the next call; n = 3 and unaligned widths take the
 // two-launch path. At 4, 1 and 2 rows a block (MOETIER_CUDA_ROUTER_ROWS; the
 // default last): 61 and 63 experts leave a part block at 2 and 4 rows, 254
-// at 4 (the fused path: widths a multiple of the chunk). With one and two
-// chunks of weights a thread loaded before the wait
-// (MOETIER_CUDA_GEMV_PRELOAD; the default last): 4096 and 2056 bf16 columns
-// give a thread 2 chunks, and 1 or 2.
+// at 4 (the fused path: widths a multiple of the chunk); 4096 and 2056 bf16
+// columns give a thread 2 chunks, and 1 or 2.
 TEST(CudaOps, FusedRouterMatchesCpu) {
   REQUIRE_GPU();
-  for (const char* preload : {"2", "1"})
-    for (const char* rows : {"4", "1", "2"}) {
-      EnvVar pre("MOETIER_CUDA_GEMV_PRELOAD", preload);
-      EnvVar env("MOETIER_CUDA_ROUTER_ROWS", rows);
-      SCOPED_TRACE(std::string("router rows ") + rows + ", preload " + preload);
-      fused_router_cases();
-    }
+  for (const char* rows : {"4", "1", "2"}) {
+    EnvVar env("MOETIER_CUDA_ROUTER_ROWS", rows);
+    SCOPED_TRACE(std::string("router rows ") + rows);
+    fused_router_cases();
+  }
 }
 
 // Random expert groups against the CPU: a chunk of 40 tokens (the f32 path)
@@ -842,8 +850,8 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_MOE_STREAM", "on"},
                                                         {"MOETIER_CUDA_GATE_SCALES", "all"},
                                                         {"MOETIER_CUDA_ATTN_TILE", "warp"},
-                                                        {"MOETIER_CUDA_GEMV_PRELOAD", "3"},
                                                         {"MOETIER_CUDA_ROUTER_Q8_LATE", "2"},
+                                                        {"MOETIER_CUDA_ARGMAX_PRELOAD", "yes"},
                                                         {"MOETIER_CUDA_STAGE", "l2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;

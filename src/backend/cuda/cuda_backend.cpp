@@ -138,9 +138,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ATTN_TILE=group: decode attention's tiles read once for a group of 8 query
   // heads of head_dim 128 (attention.cu), =head (default) once a head.
   cuda::set_attention_group_tile(choice("MOETIER_CUDA_ATTN_TILE", {"head", "group"}) == "group");
-  // MOETIER_CUDA_GEMV_PRELOAD=2: the block GEMV and the router load two chunks of weights a
-  // thread before their wait (decode.cu's block_rows_dot), =1 (default) one.
-  cuda::set_gemv_preload(choice("MOETIER_CUDA_GEMV_PRELOAD", {"1", "2"}) == "2" ? 2 : 1);
+  // MOETIER_CUDA_ARGMAX_PRELOAD=1: the argmax requests each thread's first 16 values at once.
+  cuda::set_argmax_preload(choice("MOETIER_CUDA_ARGMAX_PRELOAD", {"0", "1"}) == "1");
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as

@@ -84,6 +84,9 @@ struct StepAdvance {
 // adv (or null): the last block also advances the step to *out (no advance_step launch).
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv = nullptr);
+// The argmax's first 16 values of each thread requested at once before any is
+// compared (A/B; not yet measured).
+void set_argmax_preload(bool on);
 // The advance with *next as a launch of its own (Backend::graph_record_advance;
 // the session records argmax_advance, which argmax with adv does in one).
 void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring, cudaStream_t s);
@@ -253,10 +256,6 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
-// Chunks per thread (1, the default, or 2) whose weights the block GEMV and
-// the router load before their grid_wait (decode.cu's block_rows_dot; A/B,
-// not yet measured).
-void set_gemv_preload(int chunks);
 // Decode attention for groups of 8 query heads of head_dim 128: each tile's K
 // and V read from shared memory once for the group (attention.cu's
 // attend_tile_group) instead of once a head (A/B; not yet measured).

@@ -27,7 +27,6 @@ constexpr int kRows = 2;   // weight rows per warp
 int64_t g_warp_rows = 32768;
 int g_block_rows = 0;   // 0: the rule of gemv_warps
 int g_router_rows = 2;  // rows per block of router_topk_kernel: 1, 2 or 4 (set_router_rows)
-int g_preload = 1;      // chunks per thread block_rows_dot loads before its wait (set_gemv_preload)
 
 int64_t blocks_of(const GemvMulti& g, int64_t per) {
   int64_t n = 0;
@@ -44,18 +43,15 @@ __device__ __forceinline__ float block_rstd(const float* red_ss, int64_t cols, f
 }
 
 // R rows row0.. of one matrix [rows, cols] dotted with x by one block, its
-// threads taking the rows' 16-byte chunks in turn (the first P chunks'
-// weights of each thread loaded before grid_wait, then the x of those P
-// chunks read at once after it; with P = 1 a thread's second chunk, as at
-// 4096 bf16 columns and 256 threads, waits on its weights from DRAM after the
-// wait: set_gemv_preload); thread r < R returns row r's total. NORM: the
+// threads taking the rows' 16-byte chunks in turn (the first chunk's weights
+// loaded before grid_wait); thread r < R returns row r's total. NORM: the
 // rows are dotted with rmsnorm(x) = nw * x * rstd(x) instead, computed as
 // rstd * (w . (nw * x)) with the sum of squares of x reduced alongside the
 // rows (so each block normalizes x itself: no norm launch before it); nw's
 // first chunk is read before grid_wait too. red: [R + NORM][kMaxThreads / 32].
 // y (or null): thread r < R reads y[row0 + r] into *y_old right after the
 // wait, so the caller's accumulate costs no load after the dot.
-template <int ENC, int R, bool NORM = false, int M = 0, int P = 1>
+template <int ENC, int R, bool NORM = false, int M = 0>
 __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t* sc, int64_t rows,
                                                 int64_t row0, int64_t cols, const float* x,
                                                 const float* lut, float (*red)[kMaxThreads / 32],
@@ -68,46 +64,31 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
   float acc[S];
 #pragma unroll
   for (int r = 0; r < S; ++r) acc[r] = 0.0f;
-  typename C::W q[P][R];
-  float g[P][NORM ? C::kCols : 1];
-  auto load = [&](int64_t i, int k) {
+  typename C::W q[R];
+  float g[NORM ? C::kCols : 1];
+  auto load = [&](int64_t i) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (row0 + r < rows) q[k][r] = C::load(w, sc, row0 + r, cols, i);
-    if constexpr (NORM) load_x<C::kCols>(nw, i, g[k]);
+      if (row0 + r < rows) q[r] = C::load(w, sc, row0 + r, cols, i);
+    if constexpr (NORM) load_x<C::kCols>(nw, i, g);
   };
-  auto dot = [&](const float* xv0, int k) {  // chunk k's x (xv0: kCols floats, by value)
-    float xv[C::kCols];
-#pragma unroll
-    for (int j = 0; j < C::kCols; ++j) xv[j] = xv0[j];
-    if constexpr (NORM) {
-#pragma unroll
-      for (int j = 0; j < C::kCols; ++j) acc[R] += xv[j] * xv[j], xv[j] *= g[k][j];
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (row0 + r < rows) acc[r] += C::dot(q[k][r], xv, lut);
-  };
-  const int64_t i0 = threadIdx.x, step = blockDim.x;
-#pragma unroll
-  for (int k = 0; k < P; ++k)  // weights only: in flight while the previous kernel ends
-    if (i0 + k * step < nch) load(i0 + k * step, k);
+  const int64_t i0 = threadIdx.x;
+  if (i0 < nch) load(i0);                // weights only: in flight while the previous kernel ends
   const unsigned slot = grid_wait<M>();  // M trace marks for the caller (ts)
   if (ts) *ts = slot;
   grid_launch_dependents();
   if (y && threadIdx.x < R && row0 + threadIdx.x < rows) *y_old = y[row0 + threadIdx.x];
-  float xs[P][C::kCols];  // the first P chunks' x, all requested before any is used
-#pragma unroll
-  for (int k = 0; k < P; ++k)
-    if (i0 + k * step < nch) load_x<C::kCols>(x, i0 + k * step, xs[k]);
-#pragma unroll
-  for (int k = 0; k < P; ++k)
-    if (i0 + k * step < nch) dot(xs[k], k);
-  for (int64_t i = i0 + P * step; i < nch; i += step) {
-    load(i, 0);
+  for (int64_t i = i0; i < nch; i += blockDim.x) {
+    if (i != i0) load(i);
     float xv[C::kCols];
     load_x<C::kCols>(x, i, xv);
-    dot(xv, 0);
+    if constexpr (NORM) {
+#pragma unroll
+      for (int j = 0; j < C::kCols; ++j) acc[R] += xv[j] * xv[j], xv[j] *= g[j];
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (row0 + r < rows) acc[r] += C::dot(q[r], xv, lut);
   }
   float t = block_sum<S>(acc, red);  // (syncs: every warp's partials are in red)
   if constexpr (NORM) {
@@ -118,7 +99,7 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
 
 // Block b owns R rows of one matrix (matrix m's rows take ceil(rows_m / R)
 // consecutive blocks); NORM: of rmsnorm(x, g.norm, g.eps).
-template <int ENC, int R, bool NORM, int P>
+template <int ENC, int R, bool NORM>
 __global__ void __launch_bounds__(kMaxThreads)
     gemv_block_kernel(GemvMulti g, int64_t cols, const float* x, int accumulate) {
   __shared__ float lut[16];
@@ -135,8 +116,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = b * R;
   float old = 0.0f;  // accumulate: y's rows, read right after the wait
   const float t =
-      block_rows_dot<ENC, R, NORM, 0, P>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, g.norm,
-                                         g.eps, nullptr, accumulate ? g.y[m] : nullptr, &old);
+      block_rows_dot<ENC, R, NORM>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, g.norm, g.eps,
+                                   nullptr, accumulate ? g.y[m] : nullptr, &old);
   if (threadIdx.x < R && row0 + threadIdx.x < rows)
     g.y[m][row0 + threadIdx.x] = accumulate ? old + t : t;
 }
@@ -179,7 +160,7 @@ __device__ __forceinline__ void router_quantize(const float* x, const float* nw,
 // after the block's count instead of before it (warp 1, beside the last
 // block's top-k in warp 0; a block of one warp after its top-k), so the
 // count, and with it the top-k, does not wait for the quantization.
-template <int ENC, int V, bool NORM, int R, int P>
+template <int ENC, int V, bool NORM, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
                        const float* nw, float eps, int64_t k, int renorm, float* probs,
@@ -191,8 +172,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   __syncthreads();
   const int64_t row0 = int64_t(blockIdx.x) * R;
   unsigned ts = 0;  // trace marks: dot, count, top-k
-  const float t =
-      block_rows_dot<ENC, R, NORM, 3, P>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
+  const float t = block_rows_dot<ENC, R, NORM, 3>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
   if (q8.xq && !q8.late) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
   trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
@@ -206,8 +186,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (!last) return;
   if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
   if (threadIdx.x == 0) *done = 0;
+  trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
   if (q8.xq && q8.late && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
-  trace_mark(ts, 3);
 }
 
 // Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).
@@ -400,12 +380,10 @@ unsigned threads_for(int64_t chunks) {
 template <int ENC, int R>
 void gemv_block(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
   const unsigned t = threads_for(cols / Chunk<ENC>::kCols), b = unsigned(blocks_of(g, R));
-  using K = void (*)(GemvMulti, int64_t, const float*, int);
-  static constexpr K kK[2][2] = {
-      // [NORM][P - 1]
-      {gemv_block_kernel<ENC, R, false, 1>, gemv_block_kernel<ENC, R, false, 2>},
-      {gemv_block_kernel<ENC, R, true, 1>, gemv_block_kernel<ENC, R, true, 2>}};
-  launch(kK[g.norm ? 1 : 0][g_preload == 2 ? 1 : 0], b, t, 0, s, g, cols, x, acc ? 1 : 0);
+  if (g.norm)
+    launch(gemv_block_kernel<ENC, R, true>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
+  else
+    launch(gemv_block_kernel<ENC, R, false>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
 }
 
 // false: nothing launched (a norm asked of the warp-per-rows path).
@@ -511,28 +489,18 @@ void router_launch(const MatView& w, const float* x, const float* nw, float eps,
                    float* xc, const RouterQ8& q8, cudaStream_t s) {
   using K = void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const float*, const float*,
                      float, int64_t, int, float*, int32_t*, float*, unsigned*, float*, RouterQ8);
-  static constexpr K kK[2][3][3] = {
-      // [P - 1][V: 4, 8, 32][R: 1, 2, 4]
-      {{router_topk_kernel<ENC, 4, NORM, 1, 1>, router_topk_kernel<ENC, 4, NORM, 2, 1>,
-        router_topk_kernel<ENC, 4, NORM, 4, 1>},
-       {router_topk_kernel<ENC, 8, NORM, 1, 1>, router_topk_kernel<ENC, 8, NORM, 2, 1>,
-        router_topk_kernel<ENC, 8, NORM, 4, 1>},
-       {router_topk_kernel<ENC, 32, NORM, 1, 1>, router_topk_kernel<ENC, 32, NORM, 2, 1>,
-        router_topk_kernel<ENC, 32, NORM, 4, 1>}},
-      {{router_topk_kernel<ENC, 4, NORM, 1, 2>, router_topk_kernel<ENC, 4, NORM, 2, 2>,
-        router_topk_kernel<ENC, 4, NORM, 4, 2>},
-       {router_topk_kernel<ENC, 8, NORM, 1, 2>, router_topk_kernel<ENC, 8, NORM, 2, 2>,
-        router_topk_kernel<ENC, 8, NORM, 4, 2>},
-       {router_topk_kernel<ENC, 32, NORM, 1, 2>, router_topk_kernel<ENC, 32, NORM, 2, 2>,
-        router_topk_kernel<ENC, 32, NORM, 4, 2>}}};
+  static constexpr K kK[3][3] = {
+      // [V: 4, 8, 32][R: 1, 2, 4]
+      {router_topk_kernel<ENC, 4, NORM, 1>, router_topk_kernel<ENC, 4, NORM, 2>,
+       router_topk_kernel<ENC, 4, NORM, 4>},
+      {router_topk_kernel<ENC, 8, NORM, 1>, router_topk_kernel<ENC, 8, NORM, 2>,
+       router_topk_kernel<ENC, 8, NORM, 4>},
+      {router_topk_kernel<ENC, 32, NORM, 1>, router_topk_kernel<ENC, 32, NORM, 2>,
+       router_topk_kernel<ENC, 32, NORM, 4>}};
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const int R = g_router_rows;
   const unsigned g = unsigned((w.rows + R - 1) / R), t = threads_for(w.cols / Chunk<ENC>::kCols);
-  const K kern = kK[g_preload == 2 ? 1 : 0][w.rows <= 128   ? 0
-                                            : w.rows <= 256 ? 1
-                                                            : 2][R == 4   ? 2
-                                                                 : R == 2 ? 1
-                                                                          : 0];
+  const K kern = kK[w.rows <= 128 ? 0 : w.rows <= 256 ? 1 : 2][R == 4 ? 2 : R == 2 ? 1 : 0];
   launch(kern, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps, k, renorm ? 1 : 0, probs, ids,
          weights, done, xc, q8);
 }
@@ -573,7 +541,6 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
 void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
 void set_gemv_block_rows(int rows) { g_block_rows = rows; }
 void set_router_rows(int rows) { g_router_rows = rows == 1 || rows == 4 ? rows : 2; }
-void set_gemv_preload(int chunks) { g_preload = chunks == 2 ? 2 : 1; }
 
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows <= 0) return false;
