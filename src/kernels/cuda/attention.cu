@@ -461,10 +461,10 @@ __device__ __forceinline__ void group_partials(float* gp, int64_t g, int G, int6
 }
 
 // Grid: kv heads x S (>= the length's splits); block: 32 x min(G, 8) threads.
-// Dynamic shared memory: K and V tiles [kTile, hd + 4], the group's q [G, hd + 4]
+// Dynamic shared memory: K and V tiles [kTile, hd + 4], the group's q [G, hd]
 // and (prep) q_norm, k_norm [hd], cos, sin [hd / 2], a k row [hd]; GROUP
-// (G = 8, head_dim 128: attend_tile_group) its weights [kTile][9], corrections
-// [8] and maxima and sums [8][2]. Before
+// (G = 8, head_dim 128: attend_tile_group) q rows of hd + 4 and its weights
+// [kTile][9], corrections [8] and maxima and sums [8][2]. Before
 // grid_wait the block reads what no kernel of this step writes: the position
 // (copied before the graph), the norms, and its first tile's cache rows below
 // pos (into registers), and computes the position's cos / sin. After it: the
@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
   const int G = int(heads / kvh);
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  const int ld = hd + 4, nd4 = hd / 4, qld = hd + 4;
+  const int ld = hd + 4, nd4 = hd / 4, qld = GROUP ? hd + 4 : hd;  // q rows (GROUP: padded)
   const int64_t stride = kvh * hd;
   float* ks = reinterpret_cast<float*>(smem4);
   float* vs = ks + kTile * ld;
@@ -521,7 +521,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   grid_launch_dependents();
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x))
-    qs[(i / hd) * qld + i % hd] = q[g * G * hd + i];
+    qs[GROUP ? (i / hd) * qld + i % hd : i] = q[g * G * hd + i];
   if (fused) {
     if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
     if (one_round) t.put(ks, vs, c0, nd4, ld, 0);  // (rows below pr: not the new ones)
@@ -601,9 +601,8 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
                    float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  const size_t smem =
-      size_t(2 * kTile * (hd + 4) + G * (hd + 4) + 4 * hd + kTile * kGroupSp + 3 * kGroupHeads) *
-      sizeof(float);
+  const int64_t group = GROUP ? G * 4 + kTile * kGroupSp + 3 * kGroupHeads : 0;  // q pads, gp
+  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd + group) * sizeof(float);
   const auto kernel = attn_decode_kernel<HPW, HD, GROUP>;
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
