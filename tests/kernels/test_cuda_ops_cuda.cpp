@@ -25,6 +25,9 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cuda_fixture.h"
 #include "unit/numeric.h"
+#if MOETIER_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 using namespace moetier;
 using namespace moetier::testing;
@@ -254,16 +257,28 @@ void fused_attention_cases(BackendPair& f, std::mt19937& rng, const std::string&
     }
 }
 
+// cases(f, rng, tile) on a fresh backend for each tile, the rng seeded alike;
+// that the group tile applies to the groups of 8 heads of 128 the cases hold
+// (and only with the variable) is checked before.
+template <typename F>
+void each_attn_tile(unsigned seed, F cases) {
+  for (const std::string tile : kAttnTiles) {
+    EnvVar e("MOETIER_CUDA_ATTN_TILE", tile);
+    BackendPair f;
+#if MOETIER_HAVE_CUDA
+    EXPECT_EQ(cuda::attention_group_tile(8, 128), tile == "group");
+    EXPECT_FALSE(cuda::attention_group_tile(4, 128));
+#endif
+    std::mt19937 rng(seed);
+    cases(f, rng, tile);
+  }
+}
+
 }  // namespace
 
 TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
   REQUIRE_GPU();
-  for (const char* tile : kAttnTiles) {
-    EnvVar e("MOETIER_CUDA_ATTN_TILE", tile);
-    BackendPair f;
-    std::mt19937 rng(7);
-    attention_cases(f, rng, tile);
-  }
+  each_attn_tile(7, attention_cases);
 }
 
 // One decode token's per-head steps and attention in one launch (the last
@@ -272,16 +287,9 @@ TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
 // for every case of a tile, so each launch must leave the block counters at 0.
 TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
   REQUIRE_GPU();
-  for (const char* tile : kAttnTiles) {
-    EnvVar e("MOETIER_CUDA_ATTN_TILE", tile);
-    BackendPair f;
-    std::mt19937 rng(23);
-    fused_attention_cases(f, rng, tile);
-  }
+  each_attn_tile(23, fused_attention_cases);
 }
 
-// The first maximum over one to several blocks, with the maximum repeated
-// (the lowest index wins), twice per size (the block counter is reset).
 namespace {
 // 8192: the DeepSeek-shaped vocabulary (16 values a thread); 600001: more
 // than 16 a thread (128 blocks), past the values requested at once.
@@ -306,6 +314,8 @@ void argmax_cases() {
 }
 }  // namespace
 
+// The first maximum over one to several blocks, with the maximum repeated
+// (the lowest index wins), twice per size (the block counter is reset).
 TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
   REQUIRE_GPU();
   for (const char* pre : {"1", "0"}) {  // MOETIER_CUDA_ARGMAX_PRELOAD; the default last

@@ -613,6 +613,10 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
 bool g_group_tile = false;  // set_attention_group_tile
 }  // namespace
 
+bool attention_group_tile(int64_t group, int64_t hd) {
+  return g_group_tile && group == kGroupHeads && hd == kGroupHd;
+}
+
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t hd) {
   const int64_t s = splits_for(n_q, positions);
   const int64_t old = s > 1 ? heads * s * (hd + 2) : 0;
@@ -632,7 +636,7 @@ void decode_hd(int64_t hpw, A&&... args) {
 // hd and the group (heads per kv head) pick the kernel; args: launch_decode's.
 template <typename... A>
 void decode_hpw(int64_t hpw, int64_t hd, int64_t group, A&&... args) {
-  if (g_group_tile && group == kGroupHeads && hd == kGroupHd)
+  if (attention_group_tile(group, hd))
     return launch_decode<1, kGroupHd, true>(std::forward<A>(args)...);
   if (hd == 128) return decode_hd<128>(hpw, std::forward<A>(args)...);
   return decode_hd<0>(hpw, std::forward<A>(args)...);

@@ -260,6 +260,9 @@ void set_router_rows(int rows);
 // and V read from shared memory once for the group (attention.cu's
 // attend_tile_group) instead of once a head (A/B; not yet measured).
 void set_attention_group_tile(bool group);
+// Whether decode attention takes that tile for `group` query heads a kv head
+// of head_dim hd (set and the shape it serves).
+bool attention_group_tile(int64_t group, int64_t hd);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);

@@ -40,6 +40,7 @@
 // sequence is router -> gate/up -> down: gate/up, launched while the router
 // runs, reads everything after its wait; down's early reads are two back.
 #include <algorithm>
+#include <array>
 #include <cfloat>
 
 #include "kernels/cuda/cuda.h"
@@ -513,17 +514,14 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
       moe_gate_up_q8_kernel<8, true>, moe_gate_up_q8_kernel<16, true>};
   const int gi = (g_kernels.gate_warps == 16 ? 1 : 0) + (g_kernels.gate_scales_start ? 2 : 0);
   const Gate gate = kGates[gi];
-  static const bool smem_ok[4] = {
-      // more than the default 48 KB of dynamic shared memory
-      cudaFuncSetAttribute(kGates[0], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess,
-      cudaFuncSetAttribute(kGates[1], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess,
-      cudaFuncSetAttribute(kGates[2], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess,
-      cudaFuncSetAttribute(kGates[3], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess};
-  if (!smem_ok[gi]) return 0;
+  static const auto smem_ok = [] {  // more than the default 48 KB of dynamic shared memory
+    std::array<bool, 4> ok{};
+    for (int i = 0; i < 4; ++i)
+      ok[size_t(i)] = cudaFuncSetAttribute(kGates[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(kGateSmem)) == cudaSuccess;
+    return ok;
+  }();
+  if (!smem_ok[size_t(gi)]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,

@@ -109,8 +109,8 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
 // in *done, reset to 0 by it) reduces the partials in block order and, with
 // adv, advances the decode graph's step as advance_step_kernel does. PRE: a
 // thread's first kArgPre values are all requested before any is compared
-// (one L2 round trip, not one per group of the compiler's unrolled loop;
-// set_argmax_preload), in the same order of comparison.
+// (the loop's PTX requests them four at a time, each group compared before
+// the next is loaded; set_argmax_preload), in the same order of comparison.
 constexpr int kArgPre = 16;  // the launch gives a block at least 16 x kArgThreads values
 template <bool PRE>
 __global__ void __launch_bounds__(kArgThreads)
