@@ -281,20 +281,15 @@ DownK diag_down_for(const Shape& sh, int mode) {
 // gate/up kernel in each mode, and the whole step with the down kernel in
 // each mode. Their outputs are not the step's (no err).
 void diag_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s) {
-  const GateK gates[6] = {moe_gate_up_q8_kernel<8, false>,
-                          diag_gate_up<1>,
-                          diag_gate_up<2>,
-                          diag_gate_up<3>,
-                          diag_gate_up<4>,                  // as shipped, then the modes
-                          moe_gate_up_q8_kernel<8, true>};  // MOETIER_CUDA_GATE_SCALES=start
-  const char* gname[6] = {"as is",    "loads only", "code loads only",
-                          "dot only", "frame",      "scales at start"};
+  const GateK gates[5] = {moe_gate_up_q8_kernel<8>, diag_gate_up<1>, diag_gate_up<2>,
+                          diag_gate_up<3>, diag_gate_up<4>};  // as shipped, then the modes
+  const char* gname[5] = {"as is", "loads only", "code loads only", "dot only", "frame"};
   const char* dname[4] = {"as is", "loads only", "dot only", "frame"};
   auto show = [&](const std::string& what, const Arm& a) {
     std::printf("  %-38s %8.2f us\n", what.c_str(), time_arm(m, a, out, scratch, scratch_b, s));
   };
   show("quantize alone", diag_step(m, "", nullptr, nullptr));
-  for (int gm = 0; gm < 6; ++gm)
+  for (int gm = 0; gm < 5; ++gm)
     show(std::string("diag quantize + gate/up ") + gname[gm], diag_step(m, "", gates[gm], nullptr));
   for (int dm = 0; dm < 4; ++dm)
     show(std::string("diag step, down ") + dname[dm],

@@ -35,7 +35,7 @@
 #   bins trace                                       the decode timeline (binaries of a build
 #                                                    configured with -DMOETIER_CUDA_TRACE=ON)
 #   bins abbin                                       decode against another binary (MB=path)
-#   bins test switches                               stop 40's opt-in kernels: tests, then decode A/B
+#   SWITCHES="VAR=V ..." ... bins test switches       opt-in kernels: tests with all on, then decode A/B
 #   abxz                                             moetier binaries in .carry/ab/*.xz side by side
 #                                                    (scripts/pack_ab.sh NAME packs this tree's)
 set -uo pipefail
@@ -119,12 +119,10 @@ step_test() {  # TESTS: the binaries (default all); TEST_PAR=1: test_cuda_ops_cu
   done
   return 0
 }
-# Stop 40's opt-in decode kernels (docs/cuda.md, "Stop 40"), each off by default.
-SWITCHES_40="MOETIER_CUDA_GATE_SCALES=start MOETIER_CUDA_ATTN_TILE=group MOETIER_CUDA_ROUTER_Q8_LATE=1 MOETIER_CUDA_ARGMAX_PRELOAD=1"
 step_switches() {  # the model tests with all of $SWITCHES on, then decode A/B of none, each and
   # all on the DeepSeek-shaped model and the 8-layer Qwen3-shaped one (after bins; the ops and
   # fused tests set them themselves)
-  local sw=(${SWITCHES:-$SWITCHES_40}) arms="none" all=""
+  local sw=(${SWITCHES:?SWITCHES: the opt-in variables, VAR=VALUE ...}) arms="none" all=""
   echo "=== test_cuda_model_cuda, test_golden_qwen3 with ${sw[*]}"
   (export "${sw[@]}"; TESTS="test_cuda_model_cuda test_golden_qwen3" step_test)
   for v in "${sw[@]}"; do arms+=" env:$v" all+="${all:+,}$v"; done

@@ -155,24 +155,17 @@ TEST(CudaFused, MatmulAddMatchesCpu) {
 // back with x written by a kernel right before each; both activation modes
 // (q8: the fused kernels; f32: the default composition of CUDA ops), and with
 // the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by the router,
-// MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0; "1s": by the router,
-// gate/up loading all of its weight scales at its start,
-// MOETIER_CUDA_GATE_SCALES=start; "1l": by the router after its count,
-// MOETIER_CUDA_ROUTER_Q8_LATE=1; these two q8 only) and off (0: the default
-// composition).
+// MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0) and off (0: the
+// default composition).
 TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   REQUIRE_GPU();
   struct Case {
     int64_t experts, k, H, I;
   };
-  for (const char* fuse : {"1", "1r", "1s", "1l", "0"})
+  for (const char* fuse : {"1", "1r", "0"})
     for (const char* mode : {"q8", "f32"}) {
-      const char v = fuse[1];
-      if ((v == 's' || v == 'l') && mode[0] == 'f') continue;  // f32 runs no q8 kernel
       EnvVar env("MOETIER_CUDA_FUSE", fuse[0] == '1' ? "1" : "0");
-      EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", v == 'r' ? "0" : "1");
-      EnvVar gs("MOETIER_CUDA_GATE_SCALES", v == 's' ? "start" : "chunk");
-      EnvVar late("MOETIER_CUDA_ROUTER_Q8_LATE", v == 'l' ? "1" : "0");
+      EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", fuse[1] == 'r' ? "0" : "1");
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);
@@ -244,86 +237,84 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
 // 127, codes rounded half to even): each code within 1 (the router's 1 / rms
 // comes from a float sum; a flip needs a product within an ulp of a half), at
 // most 1% of codes off, each scale within 1e-5; the router's ids equal those
-// of a launch without it; with and without the norm; quantized before the
-// router's count and after it (RouterQ8::late: by warp 1 beside the top-k, or
-// in a block of one warp, 96 and 160 columns, after it).
+// of a launch without it; with and without the norm. The router quantizes
+// after its count (by warp 1 beside the top-k; in a block of one warp, 96 and
+// 160 columns, after it).
 TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
   REQUIRE_GPU();
 #if MOETIER_HAVE_CUDA
   BackendPair f;
   std::mt19937 rng(53);
-  for (const int late : {1, 0})
-    for (const int rows : {1, 4, 2})  // the last is the default (process-wide)
-      for (auto [e, cols, norm, enc] : {std::tuple<int64_t, int64_t, bool, WeightEncoding>{
-                                            16, 2048, true, WeightEncoding::BF16},
-                                        {5, 96, true, WeightEncoding::BF16},
-                                        {40, 160, false, WeightEncoding::BF16},
-                                        {8, 2880, true, WeightEncoding::BF16},
-                                        {32, 2880, true, WeightEncoding::MXFP4},
-                                        {256, 4096, false, WeightEncoding::BF16},
-                                        {256, 4096, true, WeightEncoding::BF16}}) {
-        cuda::set_router_rows(rows);
-        const std::string what = std::to_string(e) + " x " + std::to_string(cols) +
-                                 (norm ? " norm" : "") + " enc " + std::to_string(int(enc)) +
-                                 " rows " + std::to_string(rows) + " late " + std::to_string(late);
-        HostMatrix router(enc, e, cols, rng);
-        const MatView dr = f.gpu->weights(router.view, f.store);
-        std::vector<DeviceBuffer> keep;
-        const auto x = randn(size_t(cols), rng, 2.0f), nw = randn(size_t(cols), rng);
-        const int64_t nb = cols / 32, k = std::min<int64_t>(e, 4);
-        float* dx = f.up(x, keep);
-        float* dnw = norm ? f.up(nw, keep) : nullptr;
-        float* probs = f.zeros(size_t(e), keep);
-        float* w = f.zeros(size_t(k), keep);
-        auto* done = reinterpret_cast<unsigned*>(f.zeros(1, keep));
-        float* xq = f.zeros(size_t(nb * 8), keep);  // 32 int8 codes a block
-        float* xd = f.zeros(size_t(nb), keep);
-        float* table = f.zeros(300, keep);  // prefetched (1200 bytes: not whole lines)
-        int32_t* ids[2];
-        for (auto& p : ids)
-          keep.push_back(f.gpu->alloc(size_t(k) * 4)), p = keep.back().as<int32_t>();
-        f.gpu->synchronize();
-        for (int q = 0; q < 2; ++q) {
-          cuda::RouterQ8 q8;
-          if (q == 1) q8 = {xq, xd, table, 1200, late};
-          ASSERT_TRUE(cuda::router_topk(dr, dx, k, true, probs, ids[q], w, done, nullptr, dnw,
-                                        1e-6f, nullptr, q8))
-              << what;
-        }
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-        std::vector<int32_t> id0(static_cast<size_t>(k)), id1(static_cast<size_t>(k));
-        f.gpu->to_host(id0.data(), ids[0], id0.size() * 4);
-        f.gpu->to_host(id1.data(), ids[1], id1.size() * 4);
-        EXPECT_EQ(id0, id1) << what;
-        std::vector<float> v(x);
-        if (norm) {
-          double ss = 0;
-          for (float a : x) ss += double(a) * a;
-          const float r = float(1.0 / std::sqrt(ss / double(cols) + 1e-6));
-          for (size_t i = 0; i < v.size(); ++i) v[i] = nw[i] * (x[i] * r);
-        }
-        std::vector<int8_t> want_q(static_cast<size_t>(cols)), got_q(static_cast<size_t>(cols));
-        std::vector<float> want_d(static_cast<size_t>(nb));
-        for (int64_t b = 0; b < nb; ++b) {  // q8 blocks of 32 in order (d = amax / 127)
-          float amax = 0.0f;
-          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[size_t(32 * b + j)]));
-          want_d[size_t(b)] = amax / 127.0f;
-          const float id = 127.0f / amax;
-          for (int j = 0; j < 32; ++j)
-            want_q[size_t(32 * b + j)] = int8_t(std::nearbyint(v[size_t(32 * b + j)] * id));
-        }
-        f.gpu->to_host(got_q.data(), xq, got_q.size());
-        const std::vector<float> got_d = f.down(xd, size_t(nb));
-        int off = 0;
-        for (int64_t i = 0; i < cols; ++i) {
-          ASSERT_LE(std::abs(int(got_q[size_t(i)]) - int(want_q[size_t(i)])), 1)
-              << what << " " << i;
-          off += got_q[size_t(i)] != want_q[size_t(i)];
-        }
-        EXPECT_LE(off, cols / 100) << what;
-        for (int64_t b = 0; b < nb; ++b)
-          EXPECT_NEAR(got_d[size_t(b)], want_d[size_t(b)], 1e-5 * std::abs(want_d[size_t(b)]))
-              << what << " block " << b;
+  for (const int rows : {1, 4, 2})  // the last is the default (process-wide)
+    for (auto [e, cols, norm, enc] :
+         {std::tuple<int64_t, int64_t, bool, WeightEncoding>{16, 2048, true, WeightEncoding::BF16},
+          {5, 96, true, WeightEncoding::BF16},
+          {40, 160, false, WeightEncoding::BF16},
+          {8, 2880, true, WeightEncoding::BF16},
+          {32, 2880, true, WeightEncoding::MXFP4},
+          {256, 4096, false, WeightEncoding::BF16},
+          {256, 4096, true, WeightEncoding::BF16}}) {
+      cuda::set_router_rows(rows);
+      const std::string what = std::to_string(e) + " x " + std::to_string(cols) +
+                               (norm ? " norm" : "") + " enc " + std::to_string(int(enc)) +
+                               " rows " + std::to_string(rows);
+      HostMatrix router(enc, e, cols, rng);
+      const MatView dr = f.gpu->weights(router.view, f.store);
+      std::vector<DeviceBuffer> keep;
+      const auto x = randn(size_t(cols), rng, 2.0f), nw = randn(size_t(cols), rng);
+      const int64_t nb = cols / 32, k = std::min<int64_t>(e, 4);
+      float* dx = f.up(x, keep);
+      float* dnw = norm ? f.up(nw, keep) : nullptr;
+      float* probs = f.zeros(size_t(e), keep);
+      float* w = f.zeros(size_t(k), keep);
+      auto* done = reinterpret_cast<unsigned*>(f.zeros(1, keep));
+      float* xq = f.zeros(size_t(nb * 8), keep);  // 32 int8 codes a block
+      float* xd = f.zeros(size_t(nb), keep);
+      float* table = f.zeros(300, keep);  // prefetched (1200 bytes: not whole lines)
+      int32_t* ids[2];
+      for (auto& p : ids)
+        keep.push_back(f.gpu->alloc(size_t(k) * 4)), p = keep.back().as<int32_t>();
+      f.gpu->synchronize();
+      for (int q = 0; q < 2; ++q) {
+        cuda::RouterQ8 q8;
+        if (q == 1) q8 = {xq, xd, table, 1200};
+        ASSERT_TRUE(cuda::router_topk(dr, dx, k, true, probs, ids[q], w, done, nullptr, dnw, 1e-6f,
+                                      nullptr, q8))
+            << what;
       }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      std::vector<int32_t> id0(static_cast<size_t>(k)), id1(static_cast<size_t>(k));
+      f.gpu->to_host(id0.data(), ids[0], id0.size() * 4);
+      f.gpu->to_host(id1.data(), ids[1], id1.size() * 4);
+      EXPECT_EQ(id0, id1) << what;
+      std::vector<float> v(x);
+      if (norm) {
+        double ss = 0;
+        for (float a : x) ss += double(a) * a;
+        const float r = float(1.0 / std::sqrt(ss / double(cols) + 1e-6));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = nw[i] * (x[i] * r);
+      }
+      std::vector<int8_t> want_q(static_cast<size_t>(cols)), got_q(static_cast<size_t>(cols));
+      std::vector<float> want_d(static_cast<size_t>(nb));
+      for (int64_t b = 0; b < nb; ++b) {  // q8 blocks of 32 in order (d = amax / 127)
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(v[size_t(32 * b + j)]));
+        want_d[size_t(b)] = amax / 127.0f;
+        const float id = 127.0f / amax;
+        for (int j = 0; j < 32; ++j)
+          want_q[size_t(32 * b + j)] = int8_t(std::nearbyint(v[size_t(32 * b + j)] * id));
+      }
+      f.gpu->to_host(got_q.data(), xq, got_q.size());
+      const std::vector<float> got_d = f.down(xd, size_t(nb));
+      int off = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        ASSERT_LE(std::abs(int(got_q[size_t(i)]) - int(want_q[size_t(i)])), 1) << what << " " << i;
+        off += got_q[size_t(i)] != want_q[size_t(i)];
+      }
+      EXPECT_LE(off, cols / 100) << what;
+      for (int64_t b = 0; b < nb; ++b)
+        EXPECT_NEAR(got_d[size_t(b)], want_d[size_t(b)], 1e-5 * std::abs(want_d[size_t(b)]))
+            << what << " block " << b;
+    }
 #endif
 }

@@ -25,9 +25,6 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cuda_fixture.h"
 #include "unit/numeric.h"
-#if MOETIER_HAVE_CUDA
-#include "kernels/cuda/cuda.h"
-#endif
 
 using namespace moetier;
 using namespace moetier::testing;
@@ -174,21 +171,16 @@ TEST(CudaOps, FusedStepsMatchCpu) {
   }
 }
 
-namespace {
-
-// Decode attention with each tile read once a head and (MOETIER_CUDA_ATTN_TILE=group,
-// where a kv head has 8 query heads of 128) once a group; the default last,
-// since the choice is process-wide.
-constexpr const char* kAttnTiles[] = {"group", "head"};
-
-struct Heads {
-  int64_t heads, kvh, hd;
-};
-
-// Groups of 3, 8, 16 and 20 query heads per kv head (one, one, two and three
-// heads per warp), head_dim 72 / 128 / 256 / 64; lengths from one position to
-// several tiles per split.
-void attention_cases(BackendPair& f, std::mt19937& rng, const std::string& tile) {
+TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
+  REQUIRE_GPU();
+  BackendPair f;
+  std::mt19937 rng(7);
+  struct Heads {
+    int64_t heads, kvh, hd;
+  };
+  // Groups of 3, 8, 16 and 20 query heads per kv head (one, one, two and three
+  // heads per warp), head_dim 72 / 128 / 256 / 64; lengths from one position to
+  // several tiles per split.
   for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64}})
     for (auto [n_q, first] :
          {std::pair<int64_t, int64_t>{1, 0}, {1, 37}, {1, 1700}, {1, 4999}, {5, 0}, {9, 300}}) {
@@ -206,20 +198,30 @@ void attention_cases(BackendPair& f, std::mt19937& rng, const std::string& tile)
       float* dout = f.zeros(q.size(), keep);
       f.gpu->attention(dq, dk, dv, n_q, first, heads, kvh, hd, 0.117f, dout);
       EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5)
-          << n_q << " at " << first << ", heads " << heads << "/" << kvh << " of " << hd
-          << ", tile " << tile;
+          << n_q << " at " << first << ", heads " << heads << "/" << kvh << " of " << hd;
     }
 }
 
-// 68: head_dim % 8 == 4; {4, 1, 128} and {2, 2, 128}: head_dim 128 with fewer
-// than 8 heads per kv head (tiles in several rounds) and with one; {8, 1, 128}:
-// the DeepSeek-shaped model's group. Positions 2100, 2144 and 4990: more tiles
-// than splits, so the last split's block finds the token's position in a later
-// tile than its first (2144: as that tile's only row).
-void fused_attention_cases(BackendPair& f, std::mt19937& rng, const std::string& tile) {
+// One decode token's per-head steps and attention in one launch (the last
+// block of each kv head merging the splits) against the CPU's composition:
+// the output and the cache rows written at the token's position. One backend
+// for every case, so each launch must leave the block counters at 0.
+TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
+  REQUIRE_GPU();
+  BackendPair f;
+  std::mt19937 rng(23);
+  struct Heads {
+    int64_t heads, kvh, hd;
+  };
   int c = 0;
+  // 68: head_dim % 8 == 4; {4, 1, 128} and {2, 2, 128}: head_dim 128 with fewer
+  // than 8 heads per kv head (tiles in several rounds) and with one; {8, 1, 128}:
+  // the DeepSeek-shaped model's group.
   for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64},
                          Heads{6, 2, 68}, Heads{4, 1, 128}, Heads{2, 2, 128}, Heads{8, 1, 128}})
+    // 2100, 2144 and 4990: more tiles than splits, so the last split's block
+    // finds the token's position in a later tile than its first (2144: as
+    // that tile's only row).
     for (int64_t pos : {0, 31, 32, 1700, 2100, 2144, 2145, 4990, 4999}) {
       const bool norms = ++c % 3 != 0;  // every third case without q/k norms
       const int64_t nh = s.heads, nkv = s.kvh, hd = s.hd, row = nkv * hd, cap = pos + 3;
@@ -247,7 +249,7 @@ void fused_attention_cases(BackendPair& f, std::mt19937& rng, const std::string&
       f.gpu->attend_decode(dq, dk, dv, dqn, dkn, nh, nkv, hd, 1e-6f, pos, dinv, dkc, dvc, 0.117f,
                            dout);
       const std::string what = std::to_string(nh) + "/" + std::to_string(nkv) + " of " +
-                               std::to_string(hd) + " at " + std::to_string(pos) + ", tile " + tile;
+                               std::to_string(hd) + " at " + std::to_string(pos);
       EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5) << what;
       EXPECT_EQ(f.down(dvc, vc.size()), vc) << what;  // row pos is v, the others untouched
       EXPECT_LE(rel_err(f.down(dkc, kc.size()), kc), 1e-6) << what;
@@ -257,43 +259,12 @@ void fused_attention_cases(BackendPair& f, std::mt19937& rng, const std::string&
     }
 }
 
-// cases(f, rng, tile) on a fresh backend for each tile, the rng seeded alike;
-// that the group tile applies to the groups of 8 heads of 128 the cases hold
-// (and only with the variable) is checked before.
-template <typename F>
-void each_attn_tile(unsigned seed, F cases) {
-  for (const std::string tile : kAttnTiles) {
-    EnvVar e("MOETIER_CUDA_ATTN_TILE", tile);
-    BackendPair f;
-#if MOETIER_HAVE_CUDA
-    EXPECT_EQ(cuda::attention_group_tile(8, 128), tile == "group");
-    EXPECT_FALSE(cuda::attention_group_tile(4, 128));
-#endif
-    std::mt19937 rng(seed);
-    cases(f, rng, tile);
-  }
-}
-
-}  // namespace
-
-TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
+// The first maximum over one to several blocks, with the maximum repeated
+// (the lowest index wins), twice per size (the block counter is reset);
+// 8192: the DeepSeek-shaped vocabulary (16 values a thread); 600001: 128
+// blocks of more than 16 values a thread.
+TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
   REQUIRE_GPU();
-  each_attn_tile(7, attention_cases);
-}
-
-// One decode token's per-head steps and attention in one launch (the last
-// block of each kv head merging the splits) against the CPU's composition:
-// the output and the cache rows written at the token's position. One backend
-// for every case of a tile, so each launch must leave the block counters at 0.
-TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
-  REQUIRE_GPU();
-  each_attn_tile(23, fused_attention_cases);
-}
-
-namespace {
-// 8192: the DeepSeek-shaped vocabulary (16 values a thread); 600001: more
-// than 16 a thread (128 blocks), past the values requested at once.
-void argmax_cases() {
   BackendPair f;
   std::mt19937 rng(29);
   for (int64_t n : {1, 7, 1000, 4099, 8192, 151936, 300001, 600001})
@@ -311,18 +282,6 @@ void argmax_cases() {
       f.gpu->to_host(&got, dout, 4);
       EXPECT_EQ(got, int32_t(std::min(a, b))) << n;
     }
-}
-}  // namespace
-
-// The first maximum over one to several blocks, with the maximum repeated
-// (the lowest index wins), twice per size (the block counter is reset).
-TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
-  REQUIRE_GPU();
-  for (const char* pre : {"1", "0"}) {  // MOETIER_CUDA_ARGMAX_PRELOAD; the default last
-    EnvVar e("MOETIER_CUDA_ARGMAX_PRELOAD", pre);
-    SCOPED_TRACE(std::string("preload ") + pre);
-    argmax_cases();
-  }
 }
 
 TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
@@ -815,34 +774,6 @@ TEST(CudaOps, RoutedQ8MoeVariantsMatchCpuOnLongRows) {
   }
 }
 
-// Gate/up with every weight scale loaded at its start
-// (MOETIER_CUDA_GATE_SCALES=start) at 16 and 8 warps a block, behind the
-// quantize kernel (route_moe_resident: its reads before its wait; behind the
-// router's quantization, its reads after the wait, in
-// CudaFused.RoutedResidentStepWithNormAndAddMatchesCpu): 33, 96 and 128
-// chunks a row (1 or 2, 3 and 4 a lane; 4096 the DeepSeek-shaped width) and
-// 131 (more than it loads at its start: one chunk ahead, as without the
-// variable). That the q8 kernels ran is read from the op timing.
-TEST(CudaOps, GateScalesAtStartMatchCpu) {
-  REQUIRE_GPU();
-  ActMode act("q8");
-  for (const char* gate : {"16", "8"}) {
-    const std::string timing = ::testing::TempDir() + "moetier_gate_scales_timing_" + gate + ".txt";
-    {
-      EnvVar scales("MOETIER_CUDA_GATE_SCALES", "start"), g("MOETIER_CUDA_MOE_GATE", gate);
-      EnvVar t("MOETIER_CUDA_TIMING", timing);
-      BackendPair f;
-      std::mt19937 rng(47);
-      for (const RoutedCase& c : {RoutedCase{7, 5, 1056, 1536}, RoutedCase{5, 3, 3072, 96},
-                                  RoutedCase{8, 6, 4096, 2048}, RoutedCase{6, 3, 4192, 96}})
-        check_routed_q8(f, c, rng, std::string("gate warps ") + gate);
-    }  // the backend writes its op timing here
-    std::ifstream in(timing);
-    const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_NE(ops.find("resident experts (q8)\n"), std::string::npos) << gate << ": " << ops;
-  }
-}
-
 TEST(CudaOps, BadRequestsAreErrors) {
   REQUIRE_GPU();
   EXPECT_THROW(make_cuda_backend(cuda_device_count()), Error);
@@ -858,10 +789,6 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
                                                         {"MOETIER_CUDA_ROUTER_Q8", "2"},
                                                         {"MOETIER_CUDA_MOE_STREAM", "on"},
-                                                        {"MOETIER_CUDA_GATE_SCALES", "all"},
-                                                        {"MOETIER_CUDA_ATTN_TILE", "warp"},
-                                                        {"MOETIER_CUDA_ROUTER_Q8_LATE", "2"},
-                                                        {"MOETIER_CUDA_ARGMAX_PRELOAD", "yes"},
                                                         {"MOETIER_CUDA_STAGE", "l2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;

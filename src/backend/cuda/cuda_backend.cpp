@@ -131,15 +131,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.down_auto = false;  // the variable chose
   }
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
-  // MOETIER_CUDA_GATE_SCALES=start: gate/up loads all of its weight scales at its start
-  // (decode_q8.cu), =chunk (default) one chunk ahead.
-  if (auto v = choice("MOETIER_CUDA_GATE_SCALES", {"chunk", "start"}); !v.empty())
-    mk.gate_scales_start = v == "start";
-  // MOETIER_CUDA_ATTN_TILE=group: decode attention's tiles read once for a group of 8 query
-  // heads of head_dim 128 (attention.cu), =head (default) once a head.
-  cuda::set_attention_group_tile(choice("MOETIER_CUDA_ATTN_TILE", {"head", "group"}) == "group");
-  // MOETIER_CUDA_ARGMAX_PRELOAD=1: the argmax requests each thread's first 16 values at once.
-  cuda::set_argmax_preload(choice("MOETIER_CUDA_ARGMAX_PRELOAD", {"0", "1"}) == "1");
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
@@ -151,9 +142,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  // MOETIER_CUDA_ROUTER_Q8_LATE=1: the router quantizes x after its blocks' count, beside its
-  // top-k, instead of before the count (cuda::RouterQ8::late; A/B).
-  router_q8_late_ = env_int("MOETIER_CUDA_ROUTER_Q8_LATE", 0, 1, 0) == 1;
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded

@@ -173,13 +173,12 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   bool f32_prefill_ = false;
-  bool legacy_decode_ = false;   // MOETIER_CUDA_DECODE=legacy
-  bool act_q8_ = true;           // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
-  int qkv_rows_ = 0;             // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
-  bool fuse_ = true;             // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
-  bool moe_stream_ = false;      // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
-  bool router_q8_ = true;        // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
-  bool router_q8_late_ = false;  // MOETIER_CUDA_ROUTER_Q8_LATE=1: after its count (RouterQ8::late)
+  bool legacy_decode_ = false;  // MOETIER_CUDA_DECODE=legacy
+  bool act_q8_ = true;          // MOETIER_CUDA_ACT=q8 (default) | f32: resident MXFP4 decode
+  int qkv_rows_ = 0;            // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
+  bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
+  bool moe_stream_ = false;     // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
+  bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
   // ops cost inside the graph. Tokens are meaningless then.

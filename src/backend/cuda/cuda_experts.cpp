@@ -348,8 +348,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     const cuda::Q8XSlots xs =
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
                        hidden, intermediate);
-    rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs)),
-          router_q8_late_ ? 1 : 0};
+    rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
   }
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,

@@ -45,23 +45,6 @@ int64_t splits_for(int64_t n_q, int64_t positions) {
   return s < kMaxSplits ? s : kMaxSplits;
 }
 
-// One warp's online-softmax step for its lane's score sc (valid: the lane
-// holds a position; an invalid lane's sc is -FLT_MAX): the running max m and
-// sum l advance over the warp's scores; returns the lane's weight
-// exp(sc - m') and sets corr = exp(m - m'), the factor on earlier sums.
-__device__ __forceinline__ float online_softmax(float sc, bool valid, float& m, float& l,
-                                                float& corr) {
-  float cm = sc;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-  const float mn = fmaxf(m, cm);
-  corr = expf(m - mn);
-  const float pe = valid ? expf(sc - mn) : 0.0f;
-  l = l * corr + warp_sum(pe);
-  m = mn;
-  return pe;
-}
-
 __global__ void __launch_bounds__(kWarpsA * 32)
     attn_kernel(const float* q, const float* k, const float* v, int64_t first_pos,
                 const int64_t* d_pos, int64_t heads, int64_t kvh, int64_t hd, float scale,
@@ -96,8 +79,12 @@ __global__ void __launch_bounds__(kWarpsA * 32)
       }
       sc = s * scale;
     }
-    float corr;
-    const float pe = online_softmax(sc, pos < p1, m, l, corr);
+    float cm = sc;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+    const float mn = fmaxf(m, cm), corr = expf(m - mn);
+    const float pe = pos < p1 ? expf(sc - mn) : 0.0f;
+    l = l * corr + warp_sum(pe);
 #pragma unroll
     for (int i = 0; i < kMaxD; ++i) acc[i] *= corr;
     const int64_t cnt = p1 - c0 < 32 ? p1 - c0 : 32;
@@ -110,6 +97,7 @@ __global__ void __launch_bounds__(kWarpsA * 32)
         if (i < nd && d < hd) acc[i] += pj * vr[d];
       }
     }
+    m = mn;
   }
   __shared__ float sm[kWarpsA], sl[kWarpsA];
   __shared__ float sacc[kWarpsA][kMaxD * 32];
@@ -238,8 +226,12 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
     }
     sc = (d0 + d1) * scale;
   }
-  float corr;
-  const float pj0 = online_softmax(sc, lane < cnt, m, l, corr);
+  float cm = sc;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+  const float mn = fmaxf(m, cm), corr = expf(m - mn);
+  const float pj0 = lane < cnt ? expf(sc - mn) : 0.0f;
+  l = l * corr + warp_sum(pj0);
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     acc[c].x *= corr, acc[c].y *= corr, acc[c].z *= corr, acc[c].w *= corr;
@@ -257,56 +249,7 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
       }
     }
   }
-}
-
-// A tile for a group of 8 query heads of head_dim 128 by a block of 8 warps
-// (set_attention_group_tile): each K and V element is read from shared memory
-// once for the group, where attend_tile reads the tile once a head. Scores:
-// lane (head lane / 4, position 4 warp + lane % 4); the online softmax: warp
-// h for head h (m, l: that head's, in every lane of warp h), the weights and
-// each head's correction through sp [kTile][9] and corr [8] (after sp); the
-// values: lane (head lane / 4, dims 16 warp + 4 (lane % 4) .. + 3) into acc.
-// qs: the group's q rows at a stride of kGroupQld floats (no bank conflicts).
-constexpr int kGroupHeads = 8, kGroupHd = 128, kGroupQld = kGroupHd + 4, kGroupSp = 9;
-__device__ __forceinline__ void attend_tile_group(const float* qs, const float* ks, const float* vs,
-                                                  int ld, int cnt, float scale, float& m, float& l,
-                                                  float4& acc, float* sp) {
-  float* corr = sp + kTile * kGroupSp;
-  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  const int hl = lane >> 2, sub = lane & 3, p = 4 * warp + sub;
-  {
-    const float* kr = ks + p * ld;
-    const float* qh = qs + hl * kGroupQld;
-    float d0 = 0.0f, d1 = 0.0f;  // two chains, summed at the end
-#pragma unroll
-    for (int d = 0; d < kGroupHd; d += 8) {
-      const float4 k0 = *reinterpret_cast<const float4*>(kr + d);
-      const float4 q0 = *reinterpret_cast<const float4*>(qh + d);
-      const float4 k1 = *reinterpret_cast<const float4*>(kr + d + 4);
-      const float4 q1 = *reinterpret_cast<const float4*>(qh + d + 4);
-      d0 += q0.x * k0.x + q0.y * k0.y + q0.z * k0.z + q0.w * k0.w;
-      d1 += q1.x * k1.x + q1.y * k1.y + q1.z * k1.z + q1.w * k1.w;
-    }
-    sp[p * kGroupSp + hl] = (d0 + d1) * scale;  // (rows past cnt: never read)
-  }
-  __syncthreads();
-  {
-    const float sc = lane < cnt ? sp[lane * kGroupSp + warp] : -FLT_MAX;
-    float c;
-    const float pe = online_softmax(sc, lane < cnt, m, l, c);
-    sp[lane * kGroupSp + warp] = pe;
-    if (lane == 0) corr[warp] = c;
-  }
-  __syncthreads();
-  const float c = corr[hl];
-  acc.x *= c, acc.y *= c, acc.z *= c, acc.w *= c;
-  const float* vc = vs + 16 * warp + 4 * sub;
-#pragma unroll 8
-  for (int j = 0; j < cnt; ++j) {
-    const float pj = sp[j * kGroupSp + hl];
-    const float4 vv = *reinterpret_cast<const float4*>(vc + j * ld);
-    acc.x += pj * vv.x, acc.y += pj * vv.y, acc.z += pj * vv.z, acc.w += pj * vv.w;
-  }
+  m = mn;
 }
 
 // A head row y [hd] in shared memory, in place, by one warp: RMSNorm with w
@@ -417,13 +360,13 @@ __device__ __forceinline__ void decode_new_kv(float* vc, int64_t pos, int64_t g,
 }
 __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t stride, int G,
                             bool last, int pr, const DecodePrep& p, const float* c, float* ktmp,
-                            float* qs, int qld, float* ks, int ld) {
+                            float* qs, float* ks, int ld) {
   float* krow = pr >= 0 ? ks + pr * ld : ktmp;
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32);
   const float* qn = p.q_norm ? c : nullptr;
   const float* kn = p.k_norm ? c + hd : nullptr;
   for (int r = warp; r < G + (last ? 1 : 0); r += nw)
-    norm_rope_row(r < G ? qs + r * qld : krow, r < G ? qn : kn, hd, p.eps, c + 2 * hd,
+    norm_rope_row(r < G ? qs + r * hd : krow, r < G ? qn : kn, hd, p.eps, c + 2 * hd,
                   c + 2 * hd + hd / 2);
   __syncthreads();
   if (last) {
@@ -433,38 +376,9 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
   }
 }
 
-// The group tile's partials (attend_tile_group's layout; the merge reads
-// them as attend_tile's): warp h's lane 0 writes head h's max and sum (and
-// shares them through gp), lane (head lane / 4, dims 16 warp + 4 (lane % 4))
-// its values, divided by the sum when there is one split.
-__device__ __forceinline__ void group_partials(float* gp, int64_t g, int G, int64_t S, int64_t sp,
-                                               int64_t splits, int hd, float m, float l, float4 a,
-                                               float* scratch, float* out) {
-  float* ml = gp + kTile * kGroupSp + kGroupHeads;  // (max, sum) [8]
-  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  if (lane == 0) {
-    ml[2 * warp] = m, ml[2 * warp + 1] = l;
-    if (splits > 1) {
-      float* pw = scratch + ((g * G + warp) * S + sp) * (hd + 4);
-      pw[hd] = m, pw[hd + 1] = l;
-    }
-  }
-  __syncthreads();
-  const int hl = lane >> 2, sub = lane & 3;
-  const int64_t h = g * G + hl;
-  if (splits == 1) {
-    const float L = ml[2 * hl + 1];
-    a.x /= L, a.y /= L, a.z /= L, a.w /= L;
-  }
-  float* dst = splits == 1 ? out + h * hd : scratch + (h * S + sp) * (hd + 4);
-  *reinterpret_cast<float4*>(dst + 16 * warp + 4 * sub) = a;
-}
-
 // Grid: kv heads x S (>= the length's splits); block: 32 x min(G, 8) threads.
 // Dynamic shared memory: K and V tiles [kTile, hd + 4], the group's q [G, hd]
-// and (prep) q_norm, k_norm [hd], cos, sin [hd / 2], a k row [hd]; GROUP
-// (G = 8, head_dim 128: attend_tile_group) q rows of hd + 4 and its weights
-// [kTile][9], corrections [8] and maxima and sums [8][2]. Before
+// and (prep) q_norm, k_norm [hd], cos, sin [hd / 2], a k row [hd]. Before
 // grid_wait the block reads what no kernel of this step writes: the position
 // (copied before the graph), the norms, and its first tile's cache rows below
 // pos (into registers), and computes the position's cos / sin. After it: the
@@ -472,12 +386,11 @@ __device__ __forceinline__ void group_partials(float* gp, int64_t g, int G, int6
 // tiles, each next one in flight in registers while the warps attend to the
 // current one; with more than one split the last block of each kv head merges
 // (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
-template <int HPW, int HD, bool GROUP>
+template <int HPW, int HD>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
                        float* scratch, DecodePrep prep, unsigned* done) {
-  static_assert(!GROUP || (HPW == 1 && HD == kGroupHd), "the group tile: 8 heads of 128");
   extern __shared__ float4 smem4[];
   const int hd = HD ? HD : int(hd_rt);
   const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
@@ -486,13 +399,12 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
   const int G = int(heads / kvh);
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  const int ld = hd + 4, nd4 = hd / 4, qld = GROUP ? hd + 4 : hd;  // q rows (GROUP: padded)
+  const int ld = hd + 4, nd4 = hd / 4;
   const int64_t stride = kvh * hd;
   float* ks = reinterpret_cast<float*>(smem4);
   float* vs = ks + kTile * ld;
   float* qs = vs + kTile * ld;
-  float* cs = qs + G * qld;  // q_norm [hd], k_norm [hd], cos [hd / 2], sin [hd / 2], ktmp [hd]
-  float* gp = cs + 4 * hd;   // GROUP: weights [kTile][9], corrections [8], (max, sum) [8]
+  float* cs = qs + G * hd;  // q_norm [hd], k_norm [hd], cos [hd / 2], sin [hd / 2], ktmp [hd]
   const int64_t pb = sp * tps * kTile, pe = pb + tps * kTile < len ? pb + tps * kTile : len;
   const int cnt0 = pe - pb < kTile ? int(pe - pb) : kTile;
   const bool live = sp < splits, fused = prep.k_new != nullptr;
@@ -520,13 +432,12 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
   if (!live) return;
-  for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x))
-    qs[GROUP ? (i / hd) * qld + i % hd : i] = q[g * G * hd + i];
+  for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
   if (fused) {
     if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
     if (one_round) t.put(ks, vs, c0, nd4, ld, 0);  // (rows below pr: not the new ones)
     __syncthreads();  // cs, qs, the new k / v rows and the tile written
-    decode_prep(k, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, qld, ks, ld);
+    decode_prep(k, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, ld);
   } else {
     load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
   }
@@ -544,15 +455,11 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     const int cnt1 = pe - p1 < kTile ? int(pe - p1) : kTile;
     if (p1 < pe && one_round) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);  // next, in flight
     __syncthreads();  // the tile (and qs) written
-    if constexpr (GROUP) {
-      attend_tile_group(qs, ks, vs, ld, cnt, scale, m[0], l[0], acc[0][0], gp);
-    } else {
 #pragma unroll
-      for (int hh = 0; hh < HPW; ++hh) {
-        const int hl = warp + hh * nw;
-        if (hl >= G) break;
-        attend_tile<HD>(qs + hl * qld, ks, vs, ld, hd, cnt, scale, m[hh], l[hh], acc[hh]);
-      }
+    for (int hh = 0; hh < HPW; ++hh) {
+      const int hl = warp + hh * nw;
+      if (hl >= G) break;
+      attend_tile<HD>(qs + hl * hd, ks, vs, ld, hd, cnt, scale, m[hh], l[hh], acc[hh]);
     }
     if (p1 < pe) {
       __syncthreads();  // the tile is consumed
@@ -563,10 +470,8 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     }
   }
   trace_mark(ts, 2);
-  if constexpr (GROUP)
-    group_partials(gp, g, G, S, sp, splits, hd, m[0], l[0], acc[0][0], scratch, out);
 #pragma unroll
-  for (int hh = 0; hh < (GROUP ? 0 : HPW); ++hh) {
+  for (int hh = 0; hh < HPW; ++hh) {
     const int hl = warp + hh * nw;
     if (hl >= G) break;
     const int64_t h = g * G + hl;
@@ -595,27 +500,21 @@ int64_t decode_grid_splits(int64_t positions) {
   return tiles < kMaxSplitsD ? (tiles > 0 ? tiles : 1) : kMaxSplitsD;
 }
 
-template <int HPW, int HD, bool GROUP>
+template <int HPW, int HD>
 void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                    int64_t S, int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
                    float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  const int64_t group = GROUP ? G * 4 + kTile * kGroupSp + 3 * kGroupHeads : 0;  // q pads, gp
-  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd + group) * sizeof(float);
-  const auto kernel = attn_decode_kernel<HPW, HD, GROUP>;
+  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
   if (smem > 48 * 1024)
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};
-  launch(kernel, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos, d_pos, heads, kvh, hd,
-         scale, out, scratch, prep, done);
+  launch(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos,
+         d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
 }
-bool g_group_tile = false;  // set_attention_group_tile
 }  // namespace
-
-bool attention_group_tile(int64_t group, int64_t hd) {
-  return g_group_tile && group == kGroupHeads && hd == kGroupHd;
-}
 
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t hd) {
   const int64_t s = splits_for(n_q, positions);
@@ -628,16 +527,14 @@ namespace {
 
 template <int HD, typename... A>
 void decode_hd(int64_t hpw, A&&... args) {
-  if (hpw == 1) return launch_decode<1, HD, false>(std::forward<A>(args)...);
-  if (hpw == 2) return launch_decode<2, HD, false>(std::forward<A>(args)...);
-  return launch_decode<4, HD, false>(std::forward<A>(args)...);
+  if (hpw == 1) return launch_decode<1, HD>(std::forward<A>(args)...);
+  if (hpw == 2) return launch_decode<2, HD>(std::forward<A>(args)...);
+  return launch_decode<4, HD>(std::forward<A>(args)...);
 }
 
-// hd and the group (heads per kv head) pick the kernel; args: launch_decode's.
+// hd picks the kernel; args: launch_decode's.
 template <typename... A>
-void decode_hpw(int64_t hpw, int64_t hd, int64_t group, A&&... args) {
-  if (attention_group_tile(group, hd))
-    return launch_decode<1, kGroupHd, true>(std::forward<A>(args)...);
+void decode_hpw(int64_t hpw, int64_t hd, A&&... args) {
   if (hd == 128) return decode_hd<128>(hpw, std::forward<A>(args)...);
   return decode_hd<0>(hpw, std::forward<A>(args)...);
 }
@@ -654,9 +551,8 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
     const int64_t S = decode_grid_splits(len),
                   hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
     // Without prep.k_new the kernel writes no cache row: k and v are only read.
-    return decode_hpw(hpw, hd, heads / kv_heads, q, const_cast<float*>(k), const_cast<float*>(v),
-                      first_pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch, DecodePrep{},
-                      done, s);
+    return decode_hpw(hpw, hd, q, const_cast<float*>(k), const_cast<float*>(v), first_pos, d_pos, S,
+                      heads, kv_heads, hd, scale, out, scratch, DecodePrep{}, done, s);
   }
   const int64_t splits = splits_for(n_q, len);
   const int64_t split_len = (len + splits - 1) / splits;
@@ -675,11 +571,9 @@ bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t po
   const int64_t len = d_pos ? max_positions : pos + 1;
   const int64_t S = decode_grid_splits(len),
                 hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
-  decode_hpw(hpw, hd, heads / kv_heads, q, k_cache, v_cache, pos, d_pos, S, heads, kv_heads, hd,
-             scale, out, scratch, prep, done, s);
+  decode_hpw(hpw, hd, q, k_cache, v_cache, pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
+             prep, done, s);
   return true;
 }
-
-void set_attention_group_tile(bool group) { g_group_tile = group; }
 
 }  // namespace moetier::cuda

@@ -84,9 +84,6 @@ struct StepAdvance {
 // adv (or null): the last block also advances the step to *out (no advance_step launch).
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv = nullptr);
-// The argmax's first 16 values of each thread requested at once before any is
-// compared (A/B; not yet measured).
-void set_argmax_preload(bool on);
 // The advance with *next as a launch of its own (Backend::graph_record_advance;
 // the session records argmax_advance, which argmax with adv does in one).
 void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring, cudaStream_t s);
@@ -106,14 +103,14 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // q8 (optional): the router also writes x's q8 blocks for the MoE step
 // (moe_decode_q8 with Q8Fuse::x_ready), each block of the router quantizing
 // x's 32-column blocks blockIdx.x, + gridDim.x, ... (of rmsnorm(x) with the
-// router's own 1 / rms where norm is set), and prefetches the expert table
-// into L2 before its wait (the MoE step's first dependent read).
+// router's own 1 / rms where norm is set) after the blocks' count, and
+// prefetches the expert table into L2 before its wait (the MoE step's first
+// dependent read).
 struct RouterQ8 {
   void* xq = nullptr;              // [cols / 32] q8 blocks (moe_q8_x); null: none
   float* xd = nullptr;             // [cols / 32] their scales
   const void* prefetch = nullptr;  // [prefetch_bytes], brought into L2
   int64_t prefetch_bytes = 0;
-  int late = 0;  // quantize after the router's count, beside its top-k (A/B; not yet measured)
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
@@ -256,13 +253,6 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
-// Decode attention for groups of 8 query heads of head_dim 128: each tile's K
-// and V read from shared memory once for the group (attention.cu's
-// attend_tile_group) instead of once a head (A/B; not yet measured).
-void set_attention_group_tile(bool group);
-// Whether decode attention takes that tile for `group` query heads a kv head
-// of head_dim hd (set and the shape it serves).
-bool attention_group_tile(int64_t group, int64_t hd);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);
@@ -320,9 +310,6 @@ struct MoeQ8Kernels {
   // hidden / 4 blocks passes kPairBlocksPerSm a multiprocessor
   bool down_auto = true;
   bool stream = false;
-  // gate/up loads every chunk's weight scales at its start, not one chunk ahead
-  // (where hidden <= 4096; A/B, not yet measured in a decode step)
-  bool gate_scales_start = false;
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 // Gate/up and down of the q8 step in one persistent launch streaming the

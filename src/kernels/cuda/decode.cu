@@ -156,10 +156,11 @@ __device__ __forceinline__ void router_quantize(const float* x, const float* nw,
 // last block to finish (counted in *done, which it resets to 0) runs the
 // softmax top-k on all e logits (probs may alias nothing but itself: logits go
 // to probs). NORM: the logits of rmsnorm(x, nw, eps). q8 (RouterQ8): x's q8
-// blocks for the MoE step, and the table's prefetch; with q8.late, quantized
-// after the block's count instead of before it (warp 1, beside the last
-// block's top-k in warp 0; a block of one warp after its top-k), so the
-// count, and with it the top-k, does not wait for the quantization.
+// blocks for the MoE step, and the table's prefetch, quantized after the
+// block's count (warp 1, beside the last block's top-k in warp 0; a block of
+// one warp after its top-k), so the count, and with it the top-k, does not
+// wait for the quantization (before the count: 0.7-0.9% slower decode on one
+// H100, bench/results/h100-stop40-switches-ab.json).
 template <int ENC, int V, bool NORM, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
@@ -173,21 +174,20 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t row0 = int64_t(blockIdx.x) * R;
   unsigned ts = 0;  // trace marks: dot, count, top-k
   const float t = block_rows_dot<ENC, R, NORM, 3>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
-  if (q8.xq && !q8.late) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
   trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
   if (threadIdx.x < R && row0 + threadIdx.x < e) probs[row0 + threadIdx.x] = t;
   const bool last = last_block_arrive(done, gridDim.x);  // the logits visible to the last block
   trace_mark(ts, 2);
-  const int qw = blockDim.x > 32 ? 1 : 0;  // q8.late: the quantizing warp
-  if (q8.xq && q8.late && (!last || qw == 1))
+  const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
+  if (q8.xq && (!last || qw == 1))
     router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
   if (!last) return;
   if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
   if (threadIdx.x == 0) *done = 0;
   trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
-  if (q8.xq && q8.late && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
+  if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
 }
 
 // Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).

@@ -40,7 +40,6 @@
 // sequence is router -> gate/up -> down: gate/up, launched while the router
 // runs, reads everything after its wait; down's early reads are two back.
 #include <algorithm>
-#include <array>
 #include <cfloat>
 
 #include "kernels/cuda/cuda.h"
@@ -148,18 +147,10 @@ __global__ void __launch_bounds__(kQuantThreads)
 // lane's shared loads of (c, h) (the only reads of it) are issued, which the
 // asm's memory clobber keeps in program order; the copy writes the slot only
 // after its global read returns. x's codes of chunk i are read into registers
-// once (2 x 16 bytes). The chunks' e8m0 scales, one chunk ahead in
-// registers; with AHEAD (MoeQ8Kernels::gate_scales_start), where a lane has
-// at most kGateScaleChunks chunks (hidden <= 4096), all of them in prep,
-// right after its first passes are issued, kept in shared memory (the lane's
-// own words), so no dot waits on a scale load (one chunk ahead, ncu on one
-// H100 put 56% of the DeepSeek-shaped kernel's stall samples on combining
-// the scale bytes: a DRAM load waited for every chunk; not yet measured in a
-// decode step).
+// once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-constexpr int kGateScaleChunks = 4;
-template <int NW, bool AHEAD>
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
@@ -167,12 +158,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
-  __shared__ uint32_t scs[AHEAD ? NW : 1][kGateScaleChunks][2][32];  // [warp][c][gate, up][lane]
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
-  const bool ahead = AHEAD && nbi <= 32 * kGateScaleChunks;  // every scale loaded in prep (scs)
-  const uint4 *gw = nullptr, *uw = nullptr;                  // this warp's first gate / up row
+  const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
   auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
@@ -202,19 +191,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         if (lane + 32 * c < nbi) issue(lane + 32 * c, 2 * c + h, h);
-    if (ahead) {
-      uint32_t w[kGateScaleChunks][2];  // every load issued before any is stored
-#pragma unroll
-      for (int c = 0; c < kGateScaleChunks; ++c) {
-        if (lane + 32 * c < nbi) scales(lane + 32 * c);
-        w[c][0] = sn[0], w[c][1] = sn[1];
-      }
-#pragma unroll
-      for (int c = 0; c < kGateScaleChunks; ++c)
-        scs[warp][c][0][lane] = w[c][0], scs[warp][c][1][lane] = w[c][1];
-    } else if (lane < nbi) {
-      scales(lane), sc[0] = sn[0], sc[1] = sn[1];
-    }
+    if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
   if (early) prep();                   // ids and weights: two launches back
   const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
@@ -227,10 +204,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll 1
   for (int i = lane; i < nbi; i += 32, ++c) {
     const bool more = i + 32 < nbi, refill = i + 64 < nbi;
-    if (ahead)
-      sc[0] = scs[warp][c][0][lane], sc[1] = scs[warp][c][1][lane];
-    else if (more)
-      scales(i + 32);
+    if (more) scales(i + 32);
     int4 xr[2];  // x's codes of chunk i
 #pragma unroll
     for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
@@ -246,7 +220,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
             float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
       if (refill) issue(i + 64, b, h);
     }
-    if (!ahead) sc[0] = sn[0], sc[1] = sn[1];
+    sc[0] = sn[0], sc[1] = sn[1];
   }
   trace_mark(ts, 1);
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
@@ -507,21 +481,15 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   Q8x* hq = xq + nb;
   float* xd = xs.xd;
   float* hd = xd + nb;
-  using Gate = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                        int64_t, int64_t, Q8x*, float*, int);
-  static constexpr Gate kGates[4] = {
-      moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<16, false>,
-      moe_gate_up_q8_kernel<8, true>, moe_gate_up_q8_kernel<16, true>};
-  const int gi = (g_kernels.gate_warps == 16 ? 1 : 0) + (g_kernels.gate_scales_start ? 2 : 0);
-  const Gate gate = kGates[gi];
-  static const auto smem_ok = [] {  // more than the default 48 KB of dynamic shared memory
-    std::array<bool, 4> ok{};
-    for (int i = 0; i < 4; ++i)
-      ok[size_t(i)] = cudaFuncSetAttribute(kGates[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(kGateSmem)) == cudaSuccess;
-    return ok;
-  }();
-  if (!smem_ok[size_t(gi)]) return 0;
+  const bool wide = g_kernels.gate_warps == 16;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
+      // more than the default 48 KB of dynamic shared memory
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,

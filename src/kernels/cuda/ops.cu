@@ -107,12 +107,7 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
 // Block b scans x [b * chunk, (b + 1) * chunk) (each thread a strided slice,
 // first maximum), writes its best to part; the last block to finish (counted
 // in *done, reset to 0 by it) reduces the partials in block order and, with
-// adv, advances the decode graph's step as advance_step_kernel does. PRE: a
-// thread's first kArgPre values are all requested before any is compared
-// (the loop's PTX requests them four at a time, each group compared before
-// the next is loaded; set_argmax_preload), in the same order of comparison.
-constexpr int kArgPre = 16;  // the launch gives a block at least 16 x kArgThreads values
-template <bool PRE>
+// adv, advances the decode graph's step as advance_step_kernel does.
 __global__ void __launch_bounds__(kArgThreads)
     argmax_kernel(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, StepAdvance adv) {
   grid_wait();
@@ -123,22 +118,7 @@ __global__ void __launch_bounds__(kArgThreads)
   const int64_t e = b0 + chunk < n ? b0 + chunk : n;
   float v = -INFINITY;
   int32_t best = INT32_MAX;
-  int64_t i = b0 + threadIdx.x;
-  if constexpr (PRE) {
-    float xv[kArgPre];
-#pragma unroll
-    for (int u = 0; u < kArgPre; ++u) {
-      const int64_t j = i + int64_t(u) * blockDim.x;
-      xv[u] = j < e ? x[j] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kArgPre; ++u) {
-      const int64_t j = i + int64_t(u) * blockDim.x;
-      if (j < e && (best == INT32_MAX || xv[u] > v)) v = xv[u], best = int32_t(j);
-    }
-    i += int64_t(kArgPre) * blockDim.x;
-  }
-  for (; i < e; i += blockDim.x)
+  for (int64_t i = b0 + threadIdx.x; i < e; i += blockDim.x)
     if (best == INT32_MAX || x[i] > v) v = x[i], best = int32_t(i);
   argmax_block(v, best, sv, si);
   if (threadIdx.x == 0) sc->value[blockIdx.x] = sv[0], sc->index[blockIdx.x] = si[0];
@@ -173,19 +153,12 @@ bool pdl_enabled() {
 PlainLaunches::PlainLaunches() { ++t_pdl_off; }
 PlainLaunches::~PlainLaunches() { --t_pdl_off; }
 
-namespace {
-bool g_argmax_preload = false;  // set_argmax_preload
-}  // namespace
-
-void set_argmax_preload(bool on) { g_argmax_preload = on; }
-
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv) {
-  const int64_t per = kArgPre * kArgThreads;  // values per block at the least
+  const int64_t per = 16 * kArgThreads;  // values per block at the least
   const int64_t blocks = (n + per - 1) / per;
   const unsigned g = unsigned(blocks < kArgBlocks ? (blocks > 0 ? blocks : 1) : kArgBlocks);
-  launch(g_argmax_preload ? argmax_kernel<true> : argmax_kernel<false>, g, kArgThreads, 0, s, x, n,
-         out, sc, adv ? *adv : StepAdvance{});
+  launch(argmax_kernel, g, kArgThreads, 0, s, x, n, out, sc, adv ? *adv : StepAdvance{});
 }
 
 namespace {
