@@ -181,8 +181,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const bool last = last_block_arrive(done, gridDim.x);  // the logits visible to the last block
   trace_mark(ts, 2);
   const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
-  if (q8.xq && (!last || qw == 1))
-    router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
+  if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
   if (!last) return;
   if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
   if (threadIdx.x == 0) *done = 0;
