@@ -45,6 +45,23 @@ int64_t splits_for(int64_t n_q, int64_t positions) {
   return s < kMaxSplits ? s : kMaxSplits;
 }
 
+// One warp's online-softmax step for its lane's score sc (valid: the lane
+// holds a position; an invalid lane's sc is -FLT_MAX): the running max m and
+// sum l advance over the warp's scores; returns the lane's weight
+// exp(sc - m') and sets corr = exp(m - m'), the factor on earlier sums.
+__device__ __forceinline__ float online_softmax(float sc, bool valid, float& m, float& l,
+                                                float& corr) {
+  float cm = sc;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+  const float mn = fmaxf(m, cm);
+  corr = expf(m - mn);
+  const float pe = valid ? expf(sc - mn) : 0.0f;
+  l = l * corr + warp_sum(pe);
+  m = mn;
+  return pe;
+}
+
 __global__ void __launch_bounds__(kWarpsA * 32)
     attn_kernel(const float* q, const float* k, const float* v, int64_t first_pos,
                 const int64_t* d_pos, int64_t heads, int64_t kvh, int64_t hd, float scale,
@@ -79,12 +96,8 @@ __global__ void __launch_bounds__(kWarpsA * 32)
       }
       sc = s * scale;
     }
-    float cm = sc;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-    const float mn = fmaxf(m, cm), corr = expf(m - mn);
-    const float pe = pos < p1 ? expf(sc - mn) : 0.0f;
-    l = l * corr + warp_sum(pe);
+    float corr;
+    const float pe = online_softmax(sc, pos < p1, m, l, corr);
 #pragma unroll
     for (int i = 0; i < kMaxD; ++i) acc[i] *= corr;
     const int64_t cnt = p1 - c0 < 32 ? p1 - c0 : 32;
@@ -97,7 +110,6 @@ __global__ void __launch_bounds__(kWarpsA * 32)
         if (i < nd && d < hd) acc[i] += pj * vr[d];
       }
     }
-    m = mn;
   }
   __shared__ float sm[kWarpsA], sl[kWarpsA];
   __shared__ float sacc[kWarpsA][kMaxD * 32];
@@ -226,12 +238,8 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
     }
     sc = (d0 + d1) * scale;
   }
-  float cm = sc;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
-  const float mn = fmaxf(m, cm), corr = expf(m - mn);
-  const float pj0 = lane < cnt ? expf(sc - mn) : 0.0f;
-  l = l * corr + warp_sum(pj0);
+  float corr;
+  const float pj0 = online_softmax(sc, lane < cnt, m, l, corr);
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     acc[c].x *= corr, acc[c].y *= corr, acc[c].z *= corr, acc[c].w *= corr;
@@ -249,7 +257,6 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
       }
     }
   }
-  m = mn;
 }
 
 // A head row y [hd] in shared memory, in place, by one warp: RMSNorm with w
