@@ -291,6 +291,9 @@ void diag_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cuda
   show("quantize alone", diag_step(m, "", nullptr, nullptr));
   for (int gm = 0; gm < 5; ++gm)
     show(std::string("diag quantize + gate/up ") + gname[gm], diag_step(m, "", gates[gm], nullptr));
+  if (m.sh.H / 32 % 32 == 0)
+    show("diag quantize + gate/up, scales with passes",
+         diag_step(m, "", moe_gate_up_q8_kernel<8, true>, nullptr));
   for (int dm = 0; dm < 4; ++dm)
     show(std::string("diag step, down ") + dname[dm],
          diag_step(m, "", gates[0], diag_down_for(m.sh, dm)));
@@ -384,10 +387,16 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     k.gate_warps = gate, k.down_rows = rows, k.down_pair = pair;
     return k;
   };
+  auto scales_pass = [](MoeQ8Kernels k) {
+    k.gate_scales = true;
+    return k;
+  };
   const Variant kVariants[] = {{"down warp", kern(8, 0)},
                                {"down split 2 rows", kern(8, 2)},
                                {"down split 4 rows", kern(8, 4, false)},
-                               {"gate 16 warps", kern(16, 4)}};
+                               {"gate 16 warps", kern(16, 4)},
+                               {"gate scales with the passes", scales_pass(kern(8, 4))},
+                               {"gate 16 warps, scales with passes", scales_pass(kern(16, 4))}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);

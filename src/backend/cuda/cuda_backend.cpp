@@ -131,6 +131,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.down_auto = false;  // the variable chose
   }
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
+  // MOETIER_CUDA_GATE_SCALES=pass: gate/up copies its scales with each pass's codes; ahead: one
+  // chunk ahead by plain loads
+  if (auto v = choice("MOETIER_CUDA_GATE_SCALES", {"pass", "ahead"}); !v.empty())
+    mk.gate_scales = v == "pass";
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as

@@ -303,7 +303,10 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
 // stream (MOETIER_CUDA_MOE_STREAM=0 | 1): gate/up and down in one launch
 // (moe_stream_q8) where it applies and Q8Fuse::stream is given.
 struct MoeQ8Kernels {
-  int gate_warps = 8;     // 8 | 16
+  int gate_warps = 8;  // 8 | 16
+  // gate/up's scales copied with each pass's codes (cp.async) instead of
+  // loaded one chunk ahead, where hidden / 32 is a multiple of 32
+  bool gate_scales = false;
   int down_rows = 4;      // 0 | 2 | 4
   bool down_pair = true;  // at 4 rows: two groups a block, one wave (moe_down_q8_pair_kernel)
   // down_pair by shape (the default): only where the split kernel's grid of
