@@ -458,6 +458,14 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
                 m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs, err);
   }
   l2_arms(m, scratch, scratch_b, out, sink, s);
+  {  // the same with gate/up's scales copied with its passes
+    MoeQ8Kernels k;
+    k.gate_scales = true;
+    set_moe_q8_kernels(k);
+    std::printf("  with gate/up's scales copied with its passes:\n");
+    l2_arms(m, scratch, scratch_b, out, sink, s);
+    set_moe_q8_kernels({});
+  }
   // Experts in pinned host memory (the mapped host tier): call 0's k experts.
   {
     std::vector<ExpertPtrs> ht = m.host_table;
