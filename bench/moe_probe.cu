@@ -300,6 +300,58 @@ void diag_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cuda
   show("diag step, gate/up and down frames", diag_step(m, "", gates[4], diag_down_for(m.sh, 3)));
 }
 
+// A stand-in for the router before gate/up (the decode step's order): a
+// kernel of 128 blocks that lets the next launch start right after its wait,
+// then spins `ns`. With early 0 gate/up reads its ids after its wait, as in
+// decode (the router writes them); with early 1 before it, as a perfect
+// prediction of the layer's experts would allow, so its first passes are in
+// flight while the router runs. The difference bounds what a predictor could
+// save a layer (quantize runs first, down after, in both).
+__global__ void router_standin(unsigned ns) {
+  grid_wait();
+  grid_launch_dependents();
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+}
+void predicted_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s) {
+  const GateK gates[2] = {moe_gate_up_q8_kernel<8>, moe_gate_up_q8_kernel<8, true>};
+  for (const GateK g : gates)
+    CK(cudaFuncSetAttribute(g, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
+  const DownK down = diag_down_for(m.sh, 0);
+  for (const unsigned ns : {0u, 3000u, 6000u})
+    for (int as = 0; as < (m.sh.H / 32 % 32 == 0 ? 2 : 1); ++as) {
+      double t[2];
+      for (int early = 0; early < 2; ++early)
+        t[early] = time_arm(
+            m,
+            {"",
+             [&m, g = gates[as], down, ns, early](int c, float* o, void* sc, cudaStream_t st) {
+               const Shape& sh = m.sh;
+               const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
+               auto* xq = static_cast<Q8x*>(sc);
+               Q8x* hq = xq + nb;
+               auto* xd = reinterpret_cast<float*>(hq + nh);
+               const int32_t* id = m.ids + c * sh.k;
+               const float* w = m.weights + c * sh.k;
+               launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
+                      kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
+               launch(router_standin, 128u, 128u, 0, st, ns);
+               launch(g, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
+                      id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, early);
+               launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
+                      int64_t(sh.H), int64_t(sh.I), o, 0, 1);
+               return true;
+             }},
+            out, scratch, scratch_b, s);
+      std::printf(
+          "  router stand-in %5u ns, gate/up%s: ids after the wait %.2f us, before %.2f us "
+          "(saves %.2f)\n",
+          ns, as ? " (scales with passes)" : "", t[0], t[1], t[0] - t[1]);
+    }
+}
+
 // Gate/up's weights (codes and scales) in L2 before the step, as an L2
 // prefetch of predicted experts during a layer's dense ops would leave them:
 // touch_lines (share num / den, contiguous or interleaved; read, or only
@@ -422,6 +474,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
          return ok;
        }});
   if (std::getenv("PROBE_SKIP_DIAG") == nullptr) diag_arms(m, scratch, scratch_b, out, s);
+  predicted_arms(m, scratch, scratch_b, out, s);
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);
