@@ -388,10 +388,11 @@ unsigned threads_for(int64_t chunks) {
 template <int ENC, int R>
 void gemv_block(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
   const unsigned t = threads_for(cols / Chunk<ENC>::kCols), b = unsigned(blocks_of(g, R));
+  const size_t smem = g.pf.logits ? kPredictSmem : 0;  // predict_ids' keys
   if (g.norm)
-    launch(gemv_block_kernel<ENC, R, true>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
+    launch(gemv_block_kernel<ENC, R, true>, b, t, smem, s, g, cols, x, acc ? 1 : 0);
   else
-    launch(gemv_block_kernel<ENC, R, false>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
+    launch(gemv_block_kernel<ENC, R, false>, b, t, smem, s, g, cols, x, acc ? 1 : 0);
 }
 
 // false: nothing launched (a norm asked of the warp-per-rows path).

@@ -28,8 +28,11 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 
 // Block 0 of the launch, warp 0: the top k of pf.logits (k rounds of a warp
 // arg-max over keys in shared memory, ties to the lower id) written to pf.ids.
+// The keys are the launch's dynamic shared memory (kPredictSmem, given only
+// to launches that predict).
+constexpr size_t kPredictSmem = 1024 * sizeof(uint32_t);  // e <= 1024 (the router's limit)
 __device__ __forceinline__ void predict_ids(const ExpertPredict& pf) {
-  __shared__ uint32_t key[1024];  // e <= 1024 (the router's limit)
+  extern __shared__ uint32_t key[];  // [e]
   if (blockIdx.x != 0 || threadIdx.x >= 32) return;
   const int lane = int(threadIdx.x & 31);
   for (int i = lane; i < pf.e; i += 32) key[i] = order_key(__ldcg(pf.logits + i)) | 1u;  // 0: taken
