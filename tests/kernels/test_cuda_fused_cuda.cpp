@@ -325,7 +325,8 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
 // did not choose, some of each, and a step whose predicted blocks all restart;
 // with the scales copied with the passes and without; k from 1 to 32. The
 // plain step (x quantized by its own kernel) leaves x's q8 blocks in the
-// scratch that the predicted steps then read (x_ready), as the router's would.
+// scratch that the predicted steps then read (x_ready), as the router's would;
+// h's blocks are poisoned before each, so a slot that no block writes shows.
 TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
   REQUIRE_GPU();
 #if MOETIER_HAVE_CUDA
@@ -345,8 +346,8 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       const ExpertSet ex(f, WeightEncoding::MXFP4, e, H, I, rng);
       std::vector<cuda::ExpertPtrs> ptrs;
       for (const ExpertView& v : ex.dev)
-        ptrs.push_back({{v.gate.data, v.up.data, v.down.data},
-                        {v.gate.scales, v.up.scales, v.down.scales}});
+        ptrs.push_back(
+            {{v.gate.data, v.up.data, v.down.data}, {v.gate.scales, v.up.scales, v.down.scales}});
       std::vector<DeviceBuffer> keep;
       keep.push_back(f.gpu->alloc(ptrs.size() * sizeof(cuda::ExpertPtrs)));
       const auto* table = keep.back().as<cuda::ExpertPtrs>();
@@ -378,7 +379,12 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       const std::vector<float> want = f.down(out0, size_t(H));
       const std::vector<std::pair<const char*, std::vector<int32_t>>> preds = {
           {"the router's", ids}, {"reversed", perm}, {"none chosen", other}, {"mixed", mixed}};
+      const int64_t nb = H / 32, nh = int64_t(k) * (I / 32);  // moe_q8_x's layout
       for (const auto& [name, pred] : preds) {
+        // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
+        auto* sc = static_cast<uint8_t*>(scratch);
+        ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
+        ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
         cuda::Q8Fuse q;
         q.x_ready = true;
         q.predicted = up_ids(pred);

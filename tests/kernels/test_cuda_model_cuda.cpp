@@ -366,7 +366,6 @@ TEST(CudaModel, PredictedExpertsChangeNothing) {
       // separate MoE ops, no fused router): none counted.
       const uint64_t want = mode[0] == 'q' ? uint64_t(steps) * 8 * 8 : 0u;
       EXPECT_EQ(c->issued, want) << mode << " " << mb;
-      EXPECT_LE(c->used, c->issued) << mode << " " << mb;
       if (want) {
         EXPECT_GT(c->used, c->issued / 4) << mode << " " << mb;
       }

@@ -795,14 +795,22 @@ TEST(CudaOps, RoutedQ8GateScalesWithPassesMatchCpu) {
   ActMode act("q8");
   EnvVar sp("MOETIER_CUDA_GATE_SCALES", "pass");
   for (const char* gate : {"16", "8"}) {
-    EnvVar g("MOETIER_CUDA_MOE_GATE", gate);
-    BackendPair f;
-    std::mt19937 rng(53);
-    const std::string what = std::string("scales with passes, gate ") + gate;
-    for (const RoutedCase& c : {RoutedCase{8, 6, 4096, 2048}, RoutedCase{9, 5, 1024, 768},
-                                RoutedCase{6, 3, 3072, 96}, RoutedCase{7, 4, 1056, 512}})
-      check_routed_q8(f, c, rng, what);
-    check_routed_q8(f, RoutedCase{10, 7, 2048, 512}, rng, what + ", misaligned scales", true);
+    const std::string timing = ::testing::TempDir() + "moetier_gate_scales_timing.txt";
+    {
+      EnvVar g("MOETIER_CUDA_MOE_GATE", gate);
+      EnvVar t("MOETIER_CUDA_TIMING", timing);
+      BackendPair f;
+      std::mt19937 rng(53);
+      const std::string what = std::string("scales with passes, gate ") + gate;
+      for (const RoutedCase& c : {RoutedCase{8, 6, 4096, 2048}, RoutedCase{9, 5, 1024, 768},
+                                  RoutedCase{6, 3, 3072, 96}, RoutedCase{7, 4, 1056, 512}})
+        check_routed_q8(f, c, rng, what);
+      check_routed_q8(f, RoutedCase{10, 7, 2048, 512}, rng, what + ", misaligned scales", true);
+    }  // the backend writes its op timing here: the q8 kernels ran, not the f32 ones
+    std::ifstream in(timing);
+    const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(ops.find("resident experts (q8)"), std::string::npos) << gate << ": " << ops;
+    EXPECT_EQ(ops.find("resident experts (fused)"), std::string::npos) << gate << ": " << ops;
   }
 }
 

@@ -38,6 +38,10 @@ void CudaBackend::hint_experts(const ExpertHint& h) {
   if (!t.all_device || t.inter < 1 || h.router->rows != t.num_experts || h.router->rows > 1024 ||
       h.k > h.router->rows)
     return;
+  // only where the q8 step with the router's quantize runs (its gate/up takes the prediction)
+  if (!act_q8_ || !router_q8_ ||
+      !cuda::moe_q8_applies(t.enc, t.vec, int(h.k), h.router->cols, t.inter))
+    return;
   hint_ = h;
 }
 

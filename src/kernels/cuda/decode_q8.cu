@@ -151,8 +151,9 @@ __global__ void __launch_bounds__(kQuantThreads)
 // that slot where the router chose pred[slot]; else the r-th slot whose
 // expert was not predicted for the r-th predicted slot that was not chosen
 // (both in slot order), so that the k blocks of a column cover the k slots
-// once (ids and pred each hold k distinct ids). id: its expert. Every lane of
-// the warp returns the same.
+// once (ids and pred each hold k distinct ids; a pred with repeats the
+// router chose, whose counts of matches differ, maps every slot to itself).
+// id: its expert. Every lane of the warp returns the same.
 __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* pred, int slot,
                                             int k, int32_t& id) {
   constexpr unsigned kAll = 0xffffffffu;
@@ -168,7 +169,8 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
   const unsigned pin = __ballot_sync(kAll, p_in) & km, ain = __ballot_sync(kAll, a_in) & km;
   const int32_t ps = __shfl_sync(kAll, p, slot);
   const unsigned same = __ballot_sync(kAll, a == ps) & km;
-  const int s = (pin >> slot & 1u)
+  const int s = __popc(pin) != __popc(ain) ? slot
+                : (pin >> slot & 1u)
                     ? __ffs(int(same)) - 1
                     : int(__fns(~ain & km, 0, __popc(~pin & km & ((1u << slot) - 1u)) + 1));
   id = __shfl_sync(kAll, a, s & 31);
@@ -202,8 +204,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
                           float* hd, int early, const int32_t* pred) {
   constexpr int R = 32 / NW, R2 = 2 * R;
-  extern __shared__ uint4 stage[];               // [4][NW][R][32]
-  __shared__ uint8_t ssc[AS ? 4 * 32 * 32 : 1];  // AS: [4][NW][R][32] scale bytes
+  extern __shared__ uint4 stage[];                           // [4][NW][R][32]
+  __shared__ alignas(16) uint8_t ssc[AS ? 4 * 32 * 32 : 1];  // AS: [4][NW][R][32] scale bytes
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
