@@ -239,10 +239,15 @@ using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8
                        int64_t, int64_t, Q8x*, float*, int, const int32_t*);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
-Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
+// standin_ns >= 0: router_standin (below) runs between quantize and gate/up,
+// and gate/up reads its ids before its wait only with gate_early.
+__global__ void router_standin(unsigned ns);
+Arm diag_step(const Model& m, const char* name, GateK gate, DownK down, int standin_ns = -1,
+              int gate_early = 1) {
   if (gate)  // the attribute moe_decode_q8 sets on its gate/up kernel
     CK(cudaFuncSetAttribute(gate, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
-  return {name, [&m, gate, down](int c, float* o, void* sc, cudaStream_t st) {
+  return {name,
+          [&m, gate, down, standin_ns, gate_early](int c, float* o, void* sc, cudaStream_t st) {
             const Shape& sh = m.sh;
             const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
             auto* xq = static_cast<Q8x*>(sc);
@@ -252,9 +257,10 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
             const float* w = m.weights + c * sh.k;
             launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
+            if (standin_ns >= 0) launch(router_standin, 128u, 128u, 0, st, unsigned(standin_ns));
             if (gate)
               launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
-                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1, nullptr);
+                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr);
             if (gate && down)
               launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
                      int64_t(sh.H), int64_t(sh.I), o, 0, 1);
@@ -317,34 +323,13 @@ __global__ void router_standin(unsigned ns) {
 }
 void predicted_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s) {
   const GateK gates[2] = {moe_gate_up_q8_kernel<8>, moe_gate_up_q8_kernel<8, true>};
-  for (const GateK g : gates)
-    CK(cudaFuncSetAttribute(g, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
   const DownK down = diag_down_for(m.sh, 0);
   for (const unsigned ns : {0u, 3000u, 6000u})
     for (int as = 0; as < (m.sh.H / 32 % 32 == 0 ? 2 : 1); ++as) {
       double t[2];
       for (int early = 0; early < 2; ++early)
-        t[early] = time_arm(
-            m,
-            {"",
-             [&m, g = gates[as], down, ns, early](int c, float* o, void* sc, cudaStream_t st) {
-               const Shape& sh = m.sh;
-               const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
-               auto* xq = static_cast<Q8x*>(sc);
-               Q8x* hq = xq + nb;
-               auto* xd = reinterpret_cast<float*>(hq + nh);
-               const int32_t* id = m.ids + c * sh.k;
-               const float* w = m.weights + c * sh.k;
-               launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
-                      kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
-               launch(router_standin, 128u, 128u, 0, st, ns);
-               launch(g, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
-                      id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, early, nullptr);
-               launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
-                      int64_t(sh.H), int64_t(sh.I), o, 0, 1);
-               return true;
-             }},
-            out, scratch, scratch_b, s);
+        t[early] = time_arm(m, diag_step(m, "", gates[as], down, int(ns), early), out, scratch,
+                            scratch_b, s);
       std::printf(
           "  router stand-in %5u ns, gate/up%s: ids after the wait %.2f us, before %.2f us "
           "(saves %.2f)\n",
