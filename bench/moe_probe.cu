@@ -236,18 +236,13 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
 // The step's launches (moe_decode_q8's, early reads on) with any kernels of
 // moe_diag.cuh: quantize, then gate (none: stop there), then down (none: stop).
 using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                       int64_t, int64_t, Q8x*, float*, int, const int32_t*);
+                       int64_t, int64_t, Q8x*, float*, int);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
-// standin_ns >= 0: router_standin (below) runs between quantize and gate/up,
-// and gate/up reads its ids before its wait only with gate_early.
-__global__ void router_standin(unsigned ns);
-Arm diag_step(const Model& m, const char* name, GateK gate, DownK down, int standin_ns = -1,
-              int gate_early = 1) {
+Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
   if (gate)  // the attribute moe_decode_q8 sets on its gate/up kernel
     CK(cudaFuncSetAttribute(gate, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
-  return {name,
-          [&m, gate, down, standin_ns, gate_early](int c, float* o, void* sc, cudaStream_t st) {
+  return {name, [&m, gate, down](int c, float* o, void* sc, cudaStream_t st) {
             const Shape& sh = m.sh;
             const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
             auto* xq = static_cast<Q8x*>(sc);
@@ -257,10 +252,9 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down, int stan
             const float* w = m.weights + c * sh.k;
             launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
-            if (standin_ns >= 0) launch(router_standin, 128u, 128u, 0, st, unsigned(standin_ns));
             if (gate)
               launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
-                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr);
+                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
             if (gate && down)
               launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
                      int64_t(sh.H), int64_t(sh.I), o, 0, 1);
@@ -297,44 +291,10 @@ void diag_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cuda
   show("quantize alone", diag_step(m, "", nullptr, nullptr));
   for (int gm = 0; gm < 5; ++gm)
     show(std::string("diag quantize + gate/up ") + gname[gm], diag_step(m, "", gates[gm], nullptr));
-  if (m.sh.H / 32 % 32 == 0)
-    show("diag quantize + gate/up, scales with passes",
-         diag_step(m, "", moe_gate_up_q8_kernel<8, true>, nullptr));
   for (int dm = 0; dm < 4; ++dm)
     show(std::string("diag step, down ") + dname[dm],
          diag_step(m, "", gates[0], diag_down_for(m.sh, dm)));
   show("diag step, gate/up and down frames", diag_step(m, "", gates[4], diag_down_for(m.sh, 3)));
-}
-
-// A stand-in for the router before gate/up (the decode step's order): a
-// kernel of 128 blocks that lets the next launch start right after its wait,
-// then spins `ns`. With early 0 gate/up reads its ids after its wait, as in
-// decode (the router writes them); with early 1 before it, as a perfect
-// prediction of the layer's experts would allow, so its first passes are in
-// flight while the router runs. The difference bounds what a predictor could
-// save a layer (quantize runs first, down after, in both).
-__global__ void router_standin(unsigned ns) {
-  grid_wait();
-  grid_launch_dependents();
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  while (t - t0 < ns);
-}
-void predicted_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s) {
-  const GateK gates[2] = {moe_gate_up_q8_kernel<8>, moe_gate_up_q8_kernel<8, true>};
-  const DownK down = diag_down_for(m.sh, 0);
-  for (const unsigned ns : {0u, 3000u, 6000u})
-    for (int as = 0; as < (m.sh.H / 32 % 32 == 0 ? 2 : 1); ++as) {
-      double t[2];
-      for (int early = 0; early < 2; ++early)
-        t[early] = time_arm(m, diag_step(m, "", gates[as], down, int(ns), early), out, scratch,
-                            scratch_b, s);
-      std::printf(
-          "  router stand-in %5u ns, gate/up%s: ids after the wait %.2f us, before %.2f us "
-          "(saves %.2f)\n",
-          ns, as ? " (scales with passes)" : "", t[0], t[1], t[0] - t[1]);
-    }
 }
 
 // Gate/up's weights (codes and scales) in L2 before the step, as an L2
@@ -424,16 +384,10 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     k.gate_warps = gate, k.down_rows = rows, k.down_pair = pair;
     return k;
   };
-  auto scales_pass = [](MoeQ8Kernels k) {
-    k.gate_scales = true;
-    return k;
-  };
   const Variant kVariants[] = {{"down warp", kern(8, 0)},
                                {"down split 2 rows", kern(8, 2)},
                                {"down split 4 rows", kern(8, 4, false)},
-                               {"gate 16 warps", kern(16, 4)},
-                               {"gate scales with the passes", scales_pass(kern(8, 4))},
-                               {"gate 16 warps, scales with passes", scales_pass(kern(16, 4))}};
+                               {"gate 16 warps", kern(16, 4)}};
   for (const Variant& v : kVariants)
     arms.push_back({v.name, [&, v](int c, float* o, void* sc, cudaStream_t st) {
                       set_moe_q8_kernels(v.k);
@@ -459,7 +413,6 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
          return ok;
        }});
   if (std::getenv("PROBE_SKIP_DIAG") == nullptr) diag_arms(m, scratch, scratch_b, out, s);
-  predicted_arms(m, scratch, scratch_b, out, s);
   std::vector<float> ref;
   std::printf("\n%s: hidden %d, %d experts of %d, top-%d, %.1f MB per call\n", sh.name, sh.H, sh.E,
               sh.I, sh.k, m.bytes_per_call / 1e6);
@@ -495,16 +448,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     std::printf("  %-34s %8.2f us %7.0f GB/s  %5.1f%% of copy  err %.2e\n", a.name, us,
                 m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs, err);
   }
-  if (std::getenv("PROBE_SKIP_L2") == nullptr) l2_arms(m, scratch, scratch_b, out, sink, s);
-  if (std::getenv("PROBE_SKIP_L2") ==
-      nullptr) {  // the same with gate/up's scales copied with its passes
-    MoeQ8Kernels k;
-    k.gate_scales = true;
-    set_moe_q8_kernels(k);
-    std::printf("  with gate/up's scales copied with its passes:\n");
-    l2_arms(m, scratch, scratch_b, out, sink, s);
-    set_moe_q8_kernels({});
-  }
+  l2_arms(m, scratch, scratch_b, out, sink, s);
   // Experts in pinned host memory (the mapped host tier): call 0's k experts.
   {
     std::vector<ExpertPtrs> ht = m.host_table;
@@ -626,8 +570,7 @@ int main() {
   std::printf("%s, %d SMs, copy bound %.0f GB/s (read + write), L2 reads %.0f GB/s\n", p.name,
               p.multiProcessorCount, copy, l2_bound(p.multiProcessorCount));
   std::mt19937 rng(7);
-  if (std::getenv("PROBE_ONLY_DS") == nullptr)  // PROBE_ONLY_DS: the DeepSeek shapes alone
-    run_shape({"Qwen3-30B-A3B", 2048, 768, 128, 8, 8}, rng, copy);
+  run_shape({"Qwen3-30B-A3B", 2048, 768, 128, 8, 8}, rng, copy);
   run_shape({"DeepSeek-V4-Flash experts", 4096, 2048, 256, 6, 1}, rng, copy);
   return 0;
 }

@@ -131,10 +131,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.down_auto = false;  // the variable chose
   }
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
-  // MOETIER_CUDA_GATE_SCALES=pass: gate/up copies its scales with each pass's codes; ahead: one
-  // chunk ahead by plain loads
-  if (auto v = choice("MOETIER_CUDA_GATE_SCALES", {"pass", "ahead"}); !v.empty())
-    mk.gate_scales = v == "pass";
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
@@ -146,7 +142,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  predict_on_ = read_predict_env();
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded
@@ -616,9 +611,11 @@ void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) 
   }
 }
 
+namespace {
+// The one-launch GEMV of the weights of one input (q/k/v), of rmsnorm(x, norm)
+// when norm is set; false (nothing launched) where it does not apply.
 bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float* const> ys,
-                    const float* norm, float eps, int rows_per_block, cudaStream_t s,
-                    std::span<const float* const> norms) {
+                    const float* norm, float eps, int rows_per_block, cudaStream_t s) {
   if (ws.empty() || ws.size() > size_t(cuda::GemvMulti::kMax)) return false;
   cuda::GemvMulti g;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -629,7 +626,6 @@ bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float
     g.sc[i] = ws[i].scales;
     g.y[i] = ys[i];
     g.tile0[i + 1] = g.tile0[i] + ws[i].rows;
-    if (i < norms.size()) g.norms[i] = norms[i];
   }
   g.count = int(ws.size());
   g.norm = norm;
@@ -637,6 +633,7 @@ bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float
   g.rows_per_block = rows_per_block;
   return cuda::gemv_multi(g, ws[0].enc, ws[0].cols, x, s);
 }
+}  // namespace
 
 // One launch for the weights of one input at decode (q/k/v), else one matmul each.
 void CudaBackend::matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
@@ -653,8 +650,7 @@ void CudaBackend::matmul_multi_rmsnorm(std::span<const MatView> ws, const float*
                                        std::span<float* const> ys, float* xn) {
   if (skipped(kSkipQkv, n)) return;
   if (n == 1 && !legacy_decode_ && fuse_ &&
-      (predict_qkv(ws, x, norm, eps, ys) ||
-       gemv_multi_one(ws, x, ys, norm, eps, qkv_rows_, stream_)))
+      gemv_multi_one(ws, x, ys, norm, eps, qkv_rows_, stream_))
     return after("gemv_multi_rmsnorm");
   Backend::matmul_multi_rmsnorm(ws, x, norm, eps, n, ys, xn);
 }
@@ -676,15 +672,8 @@ void CudaBackend::matmul_add(const MatView& w, const float* x, int64_t n, float*
   kernels::check_matview(w, "cuda matmul");
   if (w.rows < 32768 && skipped(kSkipO, n)) return;
   if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, true);
-  if (n == 1 && !legacy_decode_ && fuse_) {
-    if (const cuda::ExpertPredict pf = take_predict();
-        pf.logits && cuda::gemv1(w, x, y, true, stream_, pf)) {
-      predicted_table_ = pf_table_;  // (pf_table_ stays until the router counts)
-      predicted_k_ = pf.k;
-      return after("gemv1_add_predict");
-    }
-    if (cuda::gemv1(w, x, y, true, stream_)) return after("gemv1_add");
-  }
+  if (n == 1 && !legacy_decode_ && fuse_ && cuda::gemv1(w, x, y, true, stream_))
+    return after("gemv1_add");
   Backend::matmul_add(w, x, n, y, tmp);
 }
 

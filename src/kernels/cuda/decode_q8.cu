@@ -79,16 +79,6 @@ __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
-// 4 bytes global -> shared, asynchronously (L1 allowed), in the same commit
-// groups as cp_async16.
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
-#else
-  *static_cast<uint32_t*>(smem) = __ldg(static_cast<const uint32_t*>(gmem));
-#endif
-}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -146,37 +136,6 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (!early) work();
 }
 
-// The slot of the router's ids [k] whose expert the gate/up block of grid row
-// `slot` computes, where that block started on pred[slot] (Q8Fuse::predicted):
-// that slot where the router chose pred[slot]; else the r-th slot whose
-// expert was not predicted for the r-th predicted slot that was not chosen
-// (both in slot order), so that the k blocks of a column cover the k slots
-// once (ids and pred each hold k distinct ids; a pred with repeats the
-// router chose, whose counts of matches differ, maps every slot to itself).
-// id: its expert. Every lane of the warp returns the same.
-__device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* pred, int slot,
-                                            int k, int32_t& id) {
-  constexpr unsigned kAll = 0xffffffffu;
-  const int lane = int(threadIdx.x & 31);
-  const int32_t a = lane < k ? __ldcg(ids + lane) : -1;
-  const int32_t p = lane < k ? __ldcg(pred + lane) : -2;
-  bool p_in = false, a_in = false;
-  for (int j = 0; j < k; ++j) {
-    p_in = p_in || p == __shfl_sync(kAll, a, j);
-    a_in = a_in || a == __shfl_sync(kAll, p, j);
-  }
-  const unsigned km = k >= 32 ? kAll : (1u << k) - 1u;
-  const unsigned pin = __ballot_sync(kAll, p_in) & km, ain = __ballot_sync(kAll, a_in) & km;
-  const int32_t ps = __shfl_sync(kAll, p, slot);
-  const unsigned same = __ballot_sync(kAll, a == ps) & km;
-  const int s = __popc(pin) != __popc(ain) ? slot
-                : (pin >> slot & 1u)
-                    ? __ffs(int(same)) - 1
-                    : int(__fns(~ain & km, 0, __popc(~pin & km & ((1u << slot) - 1u)) + 1));
-  id = __shfl_sync(kAll, a, s & 31);
-  return s;
-}
-
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
 // scales times the slot's routing weight. NW warps of R rows each (NW x R =
 // 32): 2R weight rows a warp (R of gate, R of up), a lane one 32-column chunk
@@ -188,24 +147,16 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // lane's shared loads of (c, h) (the only reads of it) are issued, which the
 // asm's memory clobber keeps in program order; the copy writes the slot only
 // after its global read returns. x's codes of chunk i are read into registers
-// once (2 x 16 bytes), the chunk's scales one chunk ahead (plain loads).
-// AS (MoeQ8Kernels::gate_scales, where hidden / 32 is a multiple of 32, so
-// that every lane has as many chunks): a pass also copies its R rows' scales
-// of the warp's 32 chunks (R x 32 bytes, 4 a lane by cp.async in the pass's
-// commit group) into a scale slot beside the codes', so they arrive with the
-// codes instead of behind them; the lanes read each other's bytes, so a
-// __syncwarp follows each wait and precedes each refill. A block whose scale
-// rows are not 4-byte aligned takes the plain loads.
+// once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-template <int NW, bool AS = false>
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred) {
+                          float* hd, int early) {
   constexpr int R = 32 / NW, R2 = 2 * R;
-  extern __shared__ uint4 stage[];                           // [4][NW][R][32]
-  __shared__ alignas(16) uint8_t ssc[AS ? 4 * 32 * 32 : 1];  // AS: [4][NW][R][32] scale bytes
+  extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
@@ -213,17 +164,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
-  bool sa = false;                  // AS and this block's scale rows 4-byte aligned
   auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
-  auto sat = [&](int b, int r) { return ssc + ((b * NW + warp) * R + r) * 32; };
   auto issue = [&](int i, int b, int h) {  // gate (h 0) or up (1) rows of chunk i -> slot b
     asm("" : "+r"(i));  // addresses from the bases each pass: no hoisted pointers
     const uint4* w = h == 0 ? gw : uw;
 #pragma unroll
     for (int r = 0; r < R; ++r) cp_async16(at(b, r), w + r * nbi + i);
-    if (AS && sa && lane < 8 * R)  // row lane / 8, bytes 4 (lane % 8) .. of chunks i - lane ..
-      cp_async4(sat(b, lane / 8) + 4 * (lane % 8),
-                (h == 0 ? gs : us) + (lane / 8) * nbi + (i - lane) + 4 * (lane % 8));
     cp_async_commit();
   };
   auto scales = [&](int i) {  // of chunk i -> sn
@@ -235,34 +181,22 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
       for (int r = 0; r < R; ++r) sn[h] |= uint32_t(__ldg(p + r * nbi)) << (8 * r);
     }
   };
-  auto prep = [&](int32_t id) {
-    const ExpertPtrs& ex = table[id];
+  auto prep = [&] {
+    const ExpertPtrs& ex = table[__ldcg(ids + slot)];
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
-    sa = AS && ((reinterpret_cast<uintptr_t>(gs) | reinterpret_cast<uintptr_t>(us)) & 3) == 0;
 #pragma unroll
     for (int c = 0; c < 2; ++c)  // (0, 0), (0, 1), (1, 0), (1, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         if (lane + 32 * c < nbi) issue(lane + 32 * c, 2 * c + h, h);
-    if (!sa && lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
+    if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  int32_t pe = -1;  // pred: the expert started before the wait
-  if (early)
-    prep(__ldcg(ids + slot));  // ids and weights: two launches back
-  else if (pred)
-    pe = __ldcg(pred + slot), prep(pe);  // the predicted ids: two or more launches back
-  const unsigned ts = grid_wait<2>();    // xq comes from the kernel before; marks: dots, end
+  if (early) prep();                   // ids and weights: two launches back
+  const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  int sl = slot;  // the router's slot this block computes
-  if (!early && pred) {
-    int32_t id;
-    sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
-    if (id != pe) cp_async_wait<0>(), prep(id);  // mispredicted: the started copies dropped
-  } else if (!early) {
-    prep(__ldcg(ids + slot));
-  }
+  if (!early) prep();
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -270,7 +204,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll 1
   for (int i = lane; i < nbi; i += 32, ++c) {
     const bool more = i + 32 < nbi, refill = i + 64 < nbi;
-    if (!sa && more) scales(i + 32);
+    if (more) scales(i + 32);
     int4 xr[2];  // x's codes of chunk i
 #pragma unroll
     for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
@@ -279,14 +213,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     for (int h = 0; h < 2; ++h) {
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
       cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
-      if (AS && sa) __syncwarp();  // the other lanes' scale copies of this pass
       const int b = 2 * (c & 1) + h;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint32_t e = AS && sa ? uint32_t(sat(b, r)[lane]) : (sc[h] >> (8 * r)) & 0xffu;
-        acc[h * R + r] += float(dot_chunk(*at(b, r), xr)) * (e8m0_half(e) * d);
-      }
-      if (AS && sa) __syncwarp();  // every lane's reads of the scale slot before its refill
+      for (int r = 0; r < R; ++r)
+        acc[h * R + r] +=
+            float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
       if (refill) issue(i + 64, b, h);
     }
     sc[0] = sn[0], sc[1] = sn[1];
@@ -297,9 +228,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
   __syncthreads();
   if (warp == 0) {
-    const int64_t b = int64_t(sl) * (inter / 32) + blockIdx.x;
+    const int64_t b = int64_t(slot) * (inter / 32) + blockIdx.x;
     const float d = quantize_warp(hs[lane], hq + b);
-    if (lane == 0) hd[b] = d * __ldcg(weights + sl);
+    if (lane == 0) hd[b] = d * __ldcg(weights + slot);
   }
   trace_mark(ts, 2);
 }
@@ -550,25 +481,15 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   Q8x* hq = xq + nb;
   float* xd = xs.xd;
   float* hd = xd + nb;
-  const int wide = g_kernels.gate_warps == 16 ? 1 : 0;
-  const int as = g_kernels.gate_scales && nb % 32 == 0 ? 1 : 0;  // equal chunks a lane
-  using Gate = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                        int64_t, int64_t, Q8x*, float*, int, const int32_t*);
-  static constexpr Gate kGate[2][2] = {
-      {moe_gate_up_q8_kernel<8>, moe_gate_up_q8_kernel<8, true>},
-      {moe_gate_up_q8_kernel<16>, moe_gate_up_q8_kernel<16, true>}};
-  const Gate gate = kGate[wide][as];
-  static const bool smem_ok[2][2] = {
+  const bool wide = g_kernels.gate_warps == 16;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
       // more than the default 48 KB of dynamic shared memory
-      {cudaFuncSetAttribute(kGate[0][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess,
-       cudaFuncSetAttribute(kGate[0][1], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess},
-      {cudaFuncSetAttribute(kGate[1][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess,
-       cudaFuncSetAttribute(kGate[1][1], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess}};
-  if (!smem_ok[wide][as]) return 0;
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
@@ -581,7 +502,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr);
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

@@ -9,10 +9,7 @@
 //    the previous kernel has completed and its writes are visible). Only
 //    weights, which no kernel writes, may be read before it. One exception,
 //    for launchers that know their sequence (route_moe_resident in
-//    decode_q8.cu; the predicted experts of cuda_predict.cpp, whose o
-//    projection reads q/k/v's logits and writes the ids before its wait, which
-//    only the router, after its wait, and gate/up, one launch later, read):
-//    what a kernel two or more launches back wrote may be read
+//    decode_q8.cu): what a kernel two or more launches back wrote may be read
 //    before the wait, through L2 (ld.global.cg), and scratch that only later
 //    kernels of the sequence read may be written: that kernel has completed,
 //    because the one in between calls grid_launch_dependents only after its
