@@ -171,15 +171,17 @@ TEST(CudaOps, FusedStepsMatchCpu) {
   }
 }
 
-struct AttnHeads {
-  int64_t heads, kvh, hd;
-};
-
-// Attention (decode splits and prefill) against the CPU's on f's backends.
-static void check_attention(BackendPair& f, const std::vector<AttnHeads>& shapes, unsigned seed,
-                            const std::string& tag) {
-  std::mt19937 rng(seed);
-  for (const AttnHeads& s : shapes)
+TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
+  REQUIRE_GPU();
+  BackendPair f;
+  std::mt19937 rng(7);
+  struct Heads {
+    int64_t heads, kvh, hd;
+  };
+  // Groups of 3, 8, 16 and 20 query heads per kv head (one, one, two and three
+  // heads per warp), head_dim 72 / 128 / 256 / 64; lengths from one position to
+  // several tiles per split.
+  for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64}})
     for (auto [n_q, first] :
          {std::pair<int64_t, int64_t>{1, 0}, {1, 37}, {1, 1700}, {1, 4999}, {5, 0}, {9, 300}}) {
       if (n_q > 1 && s.hd != 72) continue;
@@ -196,106 +198,65 @@ static void check_attention(BackendPair& f, const std::vector<AttnHeads>& shapes
       float* dout = f.zeros(q.size(), keep);
       f.gpu->attention(dq, dk, dv, n_q, first, heads, kvh, hd, 0.117f, dout);
       EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5)
-          << tag << n_q << " at " << first << ", heads " << heads << "/" << kvh << " of " << hd;
+          << n_q << " at " << first << ", heads " << heads << "/" << kvh << " of " << hd;
     }
 }
 
-TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
-  REQUIRE_GPU();
-  BackendPair f;
-  // Groups of 3, 8, 16 and 20 query heads per kv head (one, one, two and three
-  // heads per warp), head_dim 72 / 128 / 256 / 64; lengths from one position to
-  // several tiles per split.
-  check_attention(f, {{6, 2, 72}, {32, 4, 128}, {16, 1, 256}, {40, 2, 64}}, 7, "");
-}
-
-// One decode token's per-head steps and attention in one launch against the
-// CPU's composition: the output and the cache rows written at pos. c counts
-// the cases (every third without q/k norms).
-static void check_fused_attention(BackendPair& f, const AttnHeads& s, int64_t pos,
-                                  std::mt19937& rng, int& c, const std::string& tag) {
-  const bool norms = ++c % 3 != 0;
-  const int64_t nh = s.heads, nkv = s.kvh, hd = s.hd, row = nkv * hd, cap = pos + 3;
-  auto q = randn(size_t(nh * hd), rng), k = randn(size_t(row), rng), v = randn(size_t(row), rng);
-  auto kc = randn(size_t(cap * row), rng), vc = randn(size_t(cap * row), rng);
-  auto qn = randn(size_t(hd), rng), kn = randn(size_t(hd), rng);
-  std::vector<float> inv(size_t(hd / 2));
-  for (int64_t i = 0; i < hd / 2; ++i)
-    inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
-  std::vector<DeviceBuffer> keep;
-  float* dq = f.up(q, keep);
-  float* dk = f.up(k, keep);
-  float* dv = f.up(v, keep);
-  float* dkc = f.up(kc, keep);
-  float* dvc = f.up(vc, keep);
-  const float* dqn = norms ? f.up(qn, keep) : nullptr;
-  const float* dkn = norms ? f.up(kn, keep) : nullptr;
-  float* dinv = f.up(inv, keep);
-  float* dout = f.zeros(q.size(), keep);
-  std::vector<float> ref(q.size());
-  f.cpu->attend_decode(q.data(), k.data(), v.data(), norms ? qn.data() : nullptr,
-                       norms ? kn.data() : nullptr, nh, nkv, hd, 1e-6f, pos, inv.data(), kc.data(),
-                       vc.data(), 0.117f, ref.data());
-  f.gpu->attend_decode(dq, dk, dv, dqn, dkn, nh, nkv, hd, 1e-6f, pos, dinv, dkc, dvc, 0.117f, dout);
-  const std::string what = tag + std::to_string(nh) + "/" + std::to_string(nkv) + " of " +
-                           std::to_string(hd) + " at " + std::to_string(pos);
-  EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5) << what;
-  EXPECT_EQ(f.down(dvc, vc.size()), vc) << what;  // row pos is v, the others untouched
-  EXPECT_LE(rel_err(f.down(dkc, kc.size()), kc), 1e-6) << what;
-  const auto gk = f.down(dkc + pos * row, size_t(row));
-  const std::vector<float> rk(kc.begin() + pos * row, kc.begin() + (pos + 1) * row);
-  EXPECT_LE(rel_err(gk, rk), 1e-6) << what;
-}
-
-// 2100, 2144 and 4990: more tiles than splits, so the last split's block finds
-// the token's position in a later tile than its first (2144: as that tile's
-// only row).
-static const int64_t kDecodePositions[] = {0, 31, 32, 1700, 2100, 2144, 2145, 4990, 4999};
-
-// One backend for every case, so each launch must leave the block counters at 0.
+// One decode token's per-head steps and attention in one launch (the last
+// block of each kv head merging the splits) against the CPU's composition:
+// the output and the cache rows written at the token's position. One backend
+// for every case, so each launch must leave the block counters at 0.
 TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
   REQUIRE_GPU();
   BackendPair f;
   std::mt19937 rng(23);
+  struct Heads {
+    int64_t heads, kvh, hd;
+  };
   int c = 0;
   // 68: head_dim % 8 == 4; {4, 1, 128} and {2, 2, 128}: head_dim 128 with fewer
   // than 8 heads per kv head (tiles in several rounds) and with one; {8, 1, 128}:
   // the DeepSeek-shaped model's group.
-  for (const AttnHeads& s :
-       {AttnHeads{6, 2, 72}, AttnHeads{32, 4, 128}, AttnHeads{16, 1, 256}, AttnHeads{40, 2, 64},
-        AttnHeads{6, 2, 68}, AttnHeads{4, 1, 128}, AttnHeads{2, 2, 128}, AttnHeads{8, 1, 128}})
-    for (int64_t pos : kDecodePositions) check_fused_attention(f, s, pos, rng, c, "");
-}
-
-// The group's query heads over several blocks (MOETIER_CUDA_ATTN_HEADS = n
-// heads a block): the fused and the plain decode attention against the CPU,
-// on shapes where n divides the group of G heads (the heads kernel, with one,
-// two, four and eight blocks a split, 4 kv heads x 8 blocks) and where it does
-// not (the default kernel; for n >= 2 the groups of 3 and 2). The op timing
-// names which kernel ran.
-TEST(CudaOps, DecodeAttentionWithHeadsSplitMatchesCpu) {
-  REQUIRE_GPU();
-  const std::vector<AttnHeads> shapes = {{8, 1, 128},  {32, 4, 128}, {6, 2, 72},
-                                         {16, 1, 256}, {4, 1, 68},   {2, 2, 128}};
-  for (int n : {1, 2, 4, 8, 0}) {
-    const std::string timing = ::testing::TempDir() + "moetier_attn_heads_timing.txt";
-    const std::string tag = "heads " + std::to_string(n) + ": ";
-    {
-      EnvVar e("MOETIER_CUDA_ATTN_HEADS", std::to_string(n));
-      EnvVar t("MOETIER_CUDA_TIMING", timing);
-      BackendPair f;
-      std::mt19937 rng(31 + unsigned(n));
-      int c = 0;
-      for (const AttnHeads& s : shapes)
-        for (int64_t pos : kDecodePositions) check_fused_attention(f, s, pos, rng, c, tag);
-      check_attention(f, shapes, 37 + unsigned(n), tag);
-    }  // the backend writes its op timing here
-    std::ifstream in(timing);
-    const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(ops.find("attend_decode (heads split)") != std::string::npos, n > 0) << tag << ops;
-    EXPECT_EQ(ops.find("attend_decode\n") != std::string::npos, n != 1) << tag << ops;
-    EXPECT_EQ(ops.find("attention (heads split)") != std::string::npos, n > 0) << tag << ops;
-  }
+  for (const Heads& s : {Heads{6, 2, 72}, Heads{32, 4, 128}, Heads{16, 1, 256}, Heads{40, 2, 64},
+                         Heads{6, 2, 68}, Heads{4, 1, 128}, Heads{2, 2, 128}, Heads{8, 1, 128}})
+    // 2100, 2144 and 4990: more tiles than splits, so the last split's block
+    // finds the token's position in a later tile than its first (2144: as
+    // that tile's only row).
+    for (int64_t pos : {0, 31, 32, 1700, 2100, 2144, 2145, 4990, 4999}) {
+      const bool norms = ++c % 3 != 0;  // every third case without q/k norms
+      const int64_t nh = s.heads, nkv = s.kvh, hd = s.hd, row = nkv * hd, cap = pos + 3;
+      auto q = randn(size_t(nh * hd), rng), k = randn(size_t(row), rng),
+           v = randn(size_t(row), rng);
+      auto kc = randn(size_t(cap * row), rng), vc = randn(size_t(cap * row), rng);
+      auto qn = randn(size_t(hd), rng), kn = randn(size_t(hd), rng);
+      std::vector<float> inv(size_t(hd / 2));
+      for (int64_t i = 0; i < hd / 2; ++i)
+        inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
+      std::vector<DeviceBuffer> keep;
+      float* dq = f.up(q, keep);
+      float* dk = f.up(k, keep);
+      float* dv = f.up(v, keep);
+      float* dkc = f.up(kc, keep);
+      float* dvc = f.up(vc, keep);
+      const float* dqn = norms ? f.up(qn, keep) : nullptr;
+      const float* dkn = norms ? f.up(kn, keep) : nullptr;
+      float* dinv = f.up(inv, keep);
+      float* dout = f.zeros(q.size(), keep);
+      std::vector<float> ref(q.size());
+      f.cpu->attend_decode(q.data(), k.data(), v.data(), norms ? qn.data() : nullptr,
+                           norms ? kn.data() : nullptr, nh, nkv, hd, 1e-6f, pos, inv.data(),
+                           kc.data(), vc.data(), 0.117f, ref.data());
+      f.gpu->attend_decode(dq, dk, dv, dqn, dkn, nh, nkv, hd, 1e-6f, pos, dinv, dkc, dvc, 0.117f,
+                           dout);
+      const std::string what = std::to_string(nh) + "/" + std::to_string(nkv) + " of " +
+                               std::to_string(hd) + " at " + std::to_string(pos);
+      EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5) << what;
+      EXPECT_EQ(f.down(dvc, vc.size()), vc) << what;  // row pos is v, the others untouched
+      EXPECT_LE(rel_err(f.down(dkc, kc.size()), kc), 1e-6) << what;
+      const auto gk = f.down(dkc + pos * row, size_t(row));
+      const std::vector<float> rk(kc.begin() + pos * row, kc.begin() + (pos + 1) * row);
+      EXPECT_LE(rel_err(gk, rk), 1e-6) << what;
+    }
 }
 
 // The first maximum over one to several blocks, with the maximum repeated
@@ -828,8 +789,7 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
                                                         {"MOETIER_CUDA_ROUTER_Q8", "2"},
                                                         {"MOETIER_CUDA_MOE_STREAM", "on"},
-                                                        {"MOETIER_CUDA_STAGE", "l2"},
-                                                        {"MOETIER_CUDA_ATTN_HEADS", "9"}}) {
+                                                        {"MOETIER_CUDA_STAGE", "l2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
   }

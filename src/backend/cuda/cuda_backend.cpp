@@ -176,9 +176,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           "MOETIER_CUDA_QKV_ROWS={}: expected 1, 2, 4 or 8", v);
     qkv_rows_ = std::stoi(v);
   }
-  // MOETIER_CUDA_ATTN_HEADS=N: decode attention with N query heads a block,
-  // the group's heads over several blocks (A/B; cuda::set_attention_heads).
-  cuda::set_attention_heads(int(env_int("MOETIER_CUDA_ATTN_HEADS", 0, 8, 0)));
   skip_ = parse_skip(std::getenv("MOETIER_CUDA_SKIP"));
   unified_addressing_ = p.unifiedAddressing != 0;
   cuda_check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "copy stream");
@@ -729,8 +726,7 @@ void CudaBackend::attention(const float* q, const float* k, const float* v, int6
   float* scratch = attention_scratch(n_q, first_pos, heads, kv_heads, hd);
   cuda::attention(q, k, v, n_q, first_pos, step_pos(first_pos), record_max_, heads, kv_heads, hd,
                   scale, out, scratch, sync()->attn_done, stream_);
-  after(cuda::attention_heads_split(n_q, heads, kv_heads, hd) ? "attention (heads split)"
-                                                              : "attention");
+  after("attention");
 }
 
 void CudaBackend::attend_decode(float* q, float* k, const float* v, const float* q_norm,
@@ -745,8 +741,7 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
   if (!legacy_decode_ &&
       cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
                              scale, p, out, scratch, sync()->attn_done, stream_))
-    return after(cuda::attention_heads_split(1, nh, nkv, hd) ? "attend_decode (heads split)"
-                                                             : "attend_decode");
+    return after("attend_decode");
   Backend::attend_decode(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache,
                          scale, out);
 }

@@ -27,7 +27,6 @@
 #include <cfloat>
 #include <utility>
 
-#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/rowdot.cuh"
@@ -284,19 +283,18 @@ __device__ __forceinline__ void norm_rope_row(float* y, const float* w, int hd, 
   __syncwarp();
 }
 
-// The last of the split blocks of query heads h0 .. h0 + nh - 1 to finish
-// (counted in *done, reset to 0 by it) merges their splits from the partials
-// (rows of hd + 4 floats: acc [hd], max, sum; at stride S per head): warp w
-// takes heads h0 + w, h0 + w + nw, ..., lane j the splits j and j + 32 for the
-// max and the sum, then its float4 of dims over all splits, 16 loads at a time
-// (S <= 64).
-__device__ void decode_merge(const float* scratch, int64_t h0, int64_t nh, int64_t S,
-                             int64_t splits, int64_t hd, unsigned* done, float* out) {
-  if (!last_block_arrive(done, unsigned(splits))) return;  // every split's partials visible
+// The last of a kv head's split blocks to finish (counted in done[g], reset to
+// 0 by it) merges the splits of the group's heads from the partials (rows of
+// hd + 4 floats: acc [hd], max, sum; at stride S per head): warp w takes heads
+// w, w + nw, ..., lane j the splits j and j + 32 for the max and the sum, then
+// its float4 of dims over all splits, 16 loads at a time (S <= 64).
+__device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t S, int64_t splits,
+                             int64_t hd, unsigned* done, float* out) {
+  if (!last_block_arrive(&done[g], unsigned(splits))) return;  // every split's partials visible
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int64_t ps = hd + 4, nd4 = hd / 4;  // a partial: acc [hd], max, sum (16-byte rows)
-  for (int64_t hl = warp; hl < nh; hl += nw) {
-    const float* p = scratch + (h0 + hl) * S * ps;
+  for (int64_t hl = warp; hl < G; hl += nw) {
+    const float* p = scratch + (g * G + hl) * S * ps;
     // The first kPre splits' float4 of dims 4 lane .. (c = 0 below), read with
     // the maxima and sums: one L2 round trip before the weighted sum, not two.
     float4 pre[kPre];
@@ -341,43 +339,11 @@ __device__ void decode_merge(const float* scratch, int64_t h0, int64_t nh, int64
         }
       }
       if (d4 < nd4)
-        *reinterpret_cast<float4*>(out + (h0 + hl) * hd + 4 * d4) =
+        *reinterpret_cast<float4*>(out + (g * G + hl) * hd + 4 * d4) =
             make_float4(a.x / L, a.y / L, a.z / L, a.w / L);
     }
   }
-  if (threadIdx.x == 0) *done = 0;
-}
-
-// One warp's partial for query head h over split sp (acc [hd], max m, sum l
-// at scratch row h S + sp), or with one split its output row acc / l.
-__device__ __forceinline__ void write_partial(int64_t h, int64_t S, int64_t sp, int64_t splits,
-                                              int hd, const float4 (&acc)[2], float m, float l,
-                                              float* scratch, float* out) {
-  const int lane = int(threadIdx.x & 31), nd4 = hd / 4;
-  float* part = scratch + (h * S + sp) * (hd + 4);
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const int d4 = lane + 32 * c;
-    if (d4 >= nd4) continue;
-    float4 a = acc[c];
-    if (splits == 1) a.x /= l, a.y /= l, a.z /= l, a.w /= l;
-    *reinterpret_cast<float4*>((splits == 1 ? out + h * hd : part) + 4 * d4) = a;
-  }
-  if (splits > 1 && lane == 0) part[hd] = m, part[hd + 1] = l;
-}
-
-// The q / k norms and the position's cos / sin into c: q_norm, k_norm [hd]
-// (0 where absent), cos, sin [hd / 2] (in double from the f32 angle, as the CPU).
-__device__ __forceinline__ void decode_consts(const DecodePrep& prep, int64_t pos, int hd,
-                                              float* c) {
-  for (int i = int(threadIdx.x); i < 2 * hd; i += int(blockDim.x))
-    c[i] =
-        i < hd ? (prep.q_norm ? prep.q_norm[i] : 0.0f) : (prep.k_norm ? prep.k_norm[i - hd] : 0.0f);
-  for (int i = int(threadIdx.x); i < hd / 2; i += int(blockDim.x)) {
-    const float angle = prep.inv_freq[i] * float(pos);
-    c[2 * hd + i] = float(cos(double(angle)));
-    c[2 * hd + hd / 2 + i] = float(sin(double(angle)));
-  }
+  if (threadIdx.x == 0) done[g] = 0;
 }
 
 // Attention's input steps inside the decode kernel (DecodePrep), after
@@ -439,7 +405,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   decode_layout(len, tps, splits);
   const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
   const int G = int(heads / kvh);
-  const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32);
+  const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int ld = hd + 4, nd4 = hd / 4;
   const int64_t stride = kvh * hd;
   float* ks = reinterpret_cast<float*>(smem4);
@@ -461,7 +427,14 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
       t.fetch(k, v, pb, c0, stride, g * hd, nd4, 0);
     else
       load_tile(k, v, pb, c0, stride, g * hd, nd4, ld, ks, vs);
-    decode_consts(prep, pos, hd, cs);
+    for (int i = int(threadIdx.x); i < 2 * hd; i += int(blockDim.x))
+      cs[i] = i < hd ? (prep.q_norm ? prep.q_norm[i] : 0.0f)
+                     : (prep.k_norm ? prep.k_norm[i - hd] : 0.0f);
+    for (int i = int(threadIdx.x); i < hd / 2; i += int(blockDim.x)) {
+      const float angle = prep.inv_freq[i] * float(pos);
+      cs[2 * hd + i] = float(cos(double(angle)));
+      cs[2 * hd + hd / 2 + i] = float(sin(double(angle)));
+    }
   }
   const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
@@ -508,102 +481,20 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   for (int hh = 0; hh < HPW; ++hh) {
     const int hl = warp + hh * nw;
     if (hl >= G) break;
-    write_partial(g * G + hl, S, sp, splits, hd, acc[hh], m[hh], l[hh], scratch, out);
-  }
-  trace_mark(ts, 3);
-  if (splits > 1) decode_merge(scratch, g * G, G, S, splits, hd, &done[g], out);
-  trace_mark(ts, 4);
-}
-
-// Rows [p0, p0 + cnt) of one kv head's K and V (columns col0 .., nd4 float4
-// each) into the tiles ks / vs (rows of ld floats) by cp.async, committed as
-// one group of each thread.
-__device__ __forceinline__ void tile_async(const float* k, const float* v, int64_t p0, int cnt,
-                                           int64_t stride, int64_t col0, int nd4, int ld, float* ks,
-                                           float* vs) {
-  for (int e = int(threadIdx.x); e < cnt * nd4; e += int(blockDim.x)) {
-    const int r = e / nd4, c = e - r * nd4;
-    const int64_t src = (p0 + r) * stride + col0 + 4 * c;
-    cp_async16(reinterpret_cast<uint4*>(ks + r * ld + 4 * c),
-               reinterpret_cast<const uint4*>(k + src));
-    cp_async16(reinterpret_cast<uint4*>(vs + r * ld + 4 * c),
-               reinterpret_cast<const uint4*>(v + src));
-  }
-  cp_async_commit();
-}
-
-// The query heads of a kv head split over blocks (set_attention_heads): grid
-// kv heads x S x G / n, block n warps, warp w the query head h0 + w (h0 = g G
-// + z n). The K and V tiles come by cp.async into two buffers, the next in
-// flight while the warps attend to the current one; with prep, the first
-// tile's rows below pos before grid_wait. Every block of the last split writes
-// this token's k and v rows to the caches (the same values; a later tile of
-// the block reads its own writes back). The last block of each (kv head, z) to
-// finish merges its n heads (counter done[g Z + z]). Shared memory: K, V
-// [2][kTile][hd + 4], q [n][hd], norms, cos / sin and a k row as attn_decode_kernel.
-template <int HD>
-__global__ void __launch_bounds__(kMaxGroupWarps * 32)
-    attn_decode_heads_kernel(const float* q, float* k, float* v, int64_t first_pos,
-                             const int64_t* d_pos, int64_t heads, int64_t kvh, int64_t hd_rt,
-                             float scale, float* out, float* scratch, DecodePrep prep,
-                             unsigned* done) {
-  extern __shared__ float4 smem4[];
-  const int hd = HD ? HD : int(hd_rt);
-  const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
-  int64_t tps = 0, splits = 0;
-  decode_layout(len, tps, splits);
-  const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
-  const int n = int(blockDim.x / 32), warp = int(threadIdx.x / 32);
-  const int64_t h0 = g * (heads / kvh) + int64_t(blockIdx.z) * n;
-  const int ld = hd + 4, nd4 = hd / 4, tf = kTile * ld;  // tf: floats a tile
-  const int64_t stride = kvh * hd;
-  float* kb = reinterpret_cast<float*>(smem4);  // K tiles [2][kTile][ld]
-  float* vb = kb + 2 * tf;                      // V tiles [2][kTile][ld]
-  float* qs = vb + 2 * tf;                      // [n][hd]
-  float* cs = qs + n * hd;                      // q_norm, k_norm [hd], cos, sin [hd / 2], ktmp [hd]
-  const int64_t pb = sp * tps * kTile, pe = pb + tps * kTile < len ? pb + tps * kTile : len;
-  const int cnt0 = pe - pb < kTile ? int(pe - pb) : kTile;
-  const bool live = sp < splits, fused = prep.k_new != nullptr;
-  const bool last = fused && live && sp == splits - 1;
-  const int pr = last && pos < pb + cnt0 ? int(pos - pb) : -1;  // pos's row in the first tile
-  if (live && fused) {  // rows below pos only: written by earlier steps
-    tile_async(k, v, pb, pr >= 0 ? pr : cnt0, stride, g * hd, nd4, ld, kb, vb);
-    decode_consts(prep, pos, hd, cs);
-  }
-  const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
-  grid_launch_dependents();
-  if (!live) return;
-  for (int i = int(threadIdx.x); i < n * hd; i += int(blockDim.x)) qs[i] = q[h0 * hd + i];
-  if (fused) {
-    if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, kb, vb, ld);
-    __syncthreads();  // cs, qs and the new k / v rows written
-    decode_prep(k, pos, g, hd, stride, n, last, pr, prep, cs, cs + 3 * hd, qs, kb, ld);
-  } else {
-    tile_async(k, v, pb, cnt0, stride, g * hd, nd4, ld, kb, vb);
-  }
-  trace_mark(ts, 1);
-  float m = -FLT_MAX, l = 0.0f;
-  float4 acc[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
-  int b = 0;
-  for (int64_t p0 = pb; p0 < pe; p0 += kTile, b ^= 1) {
-    const int cnt = pe - p0 < kTile ? int(pe - p0) : kTile;
-    const int64_t p1 = p0 + kTile;
-    if (p1 < pe) {  // the next tile in flight into the other buffer (consumed a sync ago)
-      tile_async(k, v, p1, pe - p1 < kTile ? int(pe - p1) : kTile, stride, g * hd, nd4, ld,
-                 kb + (b ^ 1) * tf, vb + (b ^ 1) * tf);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+    const int64_t h = g * G + hl;
+    float* part = scratch + (h * S + sp) * (hd + 4);  // acc [hd], max, sum
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int d4 = lane + 32 * c;
+      if (d4 >= nd4) continue;
+      float4 a = acc[hh][c];
+      if (splits == 1) a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
+      *reinterpret_cast<float4*>((splits == 1 ? out + h * hd : part) + 4 * d4) = a;
     }
-    __syncthreads();  // this tile's copies (every thread's) landed
-    attend_tile<HD>(qs + warp * hd, kb + b * tf, vb + b * tf, ld, hd, cnt, scale, m, l, acc);
-    __syncthreads();  // buffer b consumed before the next iteration refills it
+    if (splits > 1 && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
-  trace_mark(ts, 2);
-  write_partial(h0 + warp, S, sp, splits, hd, acc, m, l, scratch, out);
   trace_mark(ts, 3);
-  if (splits > 1)
-    decode_merge(scratch, h0, n, S, splits, hd, &done[g * gridDim.z + blockIdx.z], out);
+  if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
   trace_mark(ts, 4);
 }
 
@@ -616,43 +507,10 @@ int64_t decode_grid_splits(int64_t positions) {
   return tiles < kMaxSplitsD ? (tiles > 0 ? tiles : 1) : kMaxSplitsD;
 }
 
-int g_attn_heads = 0;  // set_attention_heads: query heads a block (0: a kv head's all)
-
-}  // namespace
-
-bool attention_heads_split(int64_t n_q, int64_t heads, int64_t kvh, int64_t hd) {
-  const int64_t G = heads / kvh, n = g_attn_heads;
-  return decode_applies(n_q, heads, kvh, hd) && n > 0 && n <= kMaxGroupWarps && G % n == 0 &&
-         kvh * (G / n) <= 256;
-}
-
-namespace {
-
-// The heads-split kernel (attn_decode_heads_kernel) where attention_heads_split.
-template <int HD>
-bool launch_decode_heads(const float* q, float* k, float* v, int64_t first_pos,
-                         const int64_t* d_pos, int64_t S, int64_t heads, int64_t kvh, int64_t hd,
-                         float scale, float* out, float* scratch, const DecodePrep& prep,
-                         unsigned* done, cudaStream_t s) {
-  if (!attention_heads_split(1, heads, kvh, hd)) return false;
-  const int64_t G = heads / kvh, n = g_attn_heads;
-  const size_t smem = size_t(4 * kTile * (hd + 4) + n * hd + 4 * hd) * sizeof(float);
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute(attn_decode_heads_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(smem));
-  const dim3 grid{unsigned(kvh), unsigned(S), unsigned(G / n)};
-  launch(attn_decode_heads_kernel<HD>, grid, unsigned(32 * n), smem, s, q, k, v, first_pos, d_pos,
-         heads, kvh, hd, scale, out, scratch, prep, done);
-  return true;
-}
-
 template <int HPW, int HD>
 void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                    int64_t S, int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
                    float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
-  if (launch_decode_heads<HD>(q, k, v, first_pos, d_pos, S, heads, kvh, hd, scale, out, scratch,
-                              prep, done, s))
-    return;
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
   const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
@@ -664,8 +522,6 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
          d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
 }
 }  // namespace
-
-void set_attention_heads(int n) { g_attn_heads = n; }
 
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t hd) {
   const int64_t s = splits_for(n_q, positions);

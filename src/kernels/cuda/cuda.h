@@ -121,9 +121,8 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, 
 // the query's position is *d_pos and the grid covers max_positions. scratch:
 // at least attention_scratch_floats(n_q, covered positions, ...) floats, where
 // the covered positions are max_positions in graph mode, else first_pos + n_q.
-// done: device counters [256], 0 before and after (decode: the last block of
-// each kv head, or of each block column with set_attention_heads, merges its
-// splits).
+// done: device counters [kv_heads], 0 before and after (decode: the last
+// block of each kv head merges its splits).
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t head_dim);
 void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
                const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
@@ -147,14 +146,6 @@ bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t po
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
                       int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
                       unsigned* done, cudaStream_t s);
-// Decode attention with n query heads a block (a warp each; the heads of a kv
-// head over G / n blocks a split, each reading the split's K and V; tiles by
-// cp.async, double-buffered) where n divides the group and n <= 8; 0 (the
-// default): one block a (kv head, split) serves the whole group (A/B:
-// MOETIER_CUDA_ATTN_HEADS).
-void set_attention_heads(int n);
-// Whether attention of n_q queries takes the heads-split decode kernel.
-bool attention_heads_split(int64_t n_q, int64_t heads, int64_t kv_heads, int64_t head_dim);
 
 // One batch of SwiGLU experts (all of one encoding) on grouped tokens.
 struct ExpertPtrs {

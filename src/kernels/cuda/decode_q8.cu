@@ -42,7 +42,6 @@
 #include <algorithm>
 #include <cfloat>
 
-#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -63,6 +62,42 @@ constexpr int kSplitThreads = 128;                            // the split down 
 constexpr int64_t kPairBlocksPerSm = 4;
 
 MoeQ8Kernels g_kernels;  // set_moe_q8_kernels
+
+// 16 bytes global -> shared, asynchronously (L2 only); committed as one group
+// per pass (cp_async_commit), waited for with cp_async_wait<N> (all of this
+// thread's groups but the newest N).
+__device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *smem = __ldg(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// cp_async_wait<n> for n in [0, 3] given at run time (constant-folded where
+// the caller's loop is unrolled): all of this thread's groups but the newest n.
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  if (n >= 3)
+    cp_async_wait<3>();
+  else if (n == 2)
+    cp_async_wait<2>();
+  else if (n == 1)
+    cp_async_wait<1>();
+  else
+    cp_async_wait<0>();
+}
 
 // Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb]. nw: x is first replaced by
 // rmsnorm(x, nw, eps) = nw * (x * r), r computed as the norm kernels compute
