@@ -236,7 +236,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
 // The step's launches (moe_decode_q8's, early reads on) with any kernels of
 // moe_diag.cuh: quantize, then gate (none: stop there), then down (none: stop).
 using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                       int64_t, int64_t, Q8x*, float*, int, int);
+                       int64_t, int64_t, Q8x*, float*, int);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
 Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
@@ -254,7 +254,7 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
             if (gate)
               launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
-                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1, 0);
+                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
             if (gate && down)
               launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
                      int64_t(sh.H), int64_t(sh.I), o, 0, 1);

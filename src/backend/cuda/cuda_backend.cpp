@@ -131,7 +131,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.down_auto = false;  // the variable chose
   }
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
-  if (auto v = choice("MOETIER_CUDA_GATE_TABLE", {"0", "1"}); !v.empty()) mk.gate_table = v == "1";
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as

@@ -360,7 +360,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   }
   if (skipped(kSkipExperts, 1)) return;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
-             {f.norm, f.eps, true, rq.xq != nullptr, nullptr, t.num_experts}))
+             {f.norm, f.eps, true, rq.xq != nullptr}))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
   moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);

@@ -282,7 +282,6 @@ struct Q8Fuse {
   bool accumulate = false;
   bool x_ready = false;
   unsigned* stream = nullptr;
-  int64_t table_entries = 0;  // the table's entries (x_ready: gate/up's copy of them)
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {
@@ -311,10 +310,6 @@ struct MoeQ8Kernels {
   // hidden / 4 blocks passes kPairBlocksPerSm a multiprocessor
   bool down_auto = true;
   bool stream = false;
-  // gate/up copies the table's gate and up pointers into shared memory before
-  // its wait where the router's ids come after it (Q8Fuse::x_ready, up to
-  // kGateTableMax entries; MOETIER_CUDA_GATE_TABLE=0 | 1)
-  bool gate_table = true;
 };
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 // Gate/up and down of the q8 step in one persistent launch streaming the

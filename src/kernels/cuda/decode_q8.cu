@@ -147,26 +147,16 @@ __global__ void __launch_bounds__(kQuantThreads)
 // lane's shared loads of (c, h) (the only reads of it) are issued, which the
 // asm's memory clobber keeps in program order; the copy writes the slot only
 // after its global read returns. x's codes of chunk i are read into registers
-// once (2 x 16 bytes), the chunk's scales one chunk ahead. With ne > 0 (ids
-// after the wait) the block copies the gate and up pointers of the table's ne
-// entries into shared memory before its wait (the table is written before the
-// router, a launch back), so that after it the expert's weights are one L2
-// round trip (its id) away, not two.
-// Dynamic shared memory: kGateSmem, then ne GateUpPtrs.
+// once (2 x 16 bytes), the chunk's scales one chunk ahead.
+// Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-struct GateUpPtrs {
-  const void *gw, *uw;
-  const uint8_t *gs, *us;
-};
-constexpr int64_t kGateTableMax = 256;
 template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, int ne) {
+                          float* hd, int early) {
   constexpr int R = 32 / NW, R2 = 2 * R;
-  extern __shared__ uint4 stage[];  // [4][NW][R][32], then GateUpPtrs [ne]
-  auto* tab = reinterpret_cast<GateUpPtrs*>(stage + 4 * 32 * 32);
+  extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
@@ -192,17 +182,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     }
   };
   auto prep = [&] {
-    const int32_t id = __ldcg(ids + slot);
-    GateUpPtrs e;
-    if (id >= 0 && id < ne) {
-      e = tab[id];
-    } else {
-      const ExpertPtrs& ex = table[id];
-      e = {ex.w[0], ex.w[1], ex.s[0], ex.s[1]};
-    }
-    gw = static_cast<const uint4*>(e.gw) + row0 * nb;
-    uw = static_cast<const uint4*>(e.uw) + row0 * nb;
-    gs = e.gs + row0 * nb, us = e.us + row0 * nb;
+    const ExpertPtrs& ex = table[__ldcg(ids + slot)];
+    gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
+    uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
+    gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
 #pragma unroll
     for (int c = 0; c < 2; ++c)  // (0, 0), (0, 1), (1, 0), (1, 1)
 #pragma unroll
@@ -210,14 +193,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
         if (lane + 32 * c < nbi) issue(lane + 32 * c, 2 * c + h, h);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  if (early) prep();  // ids and weights: two launches back
-  for (int i = int(threadIdx.x); i < ne; i += NW * 32) {
-    const ExpertPtrs& ex = table[i];
-    tab[i] = {ex.w[0], ex.w[1], ex.s[0], ex.s[1]};
-  }
+  if (early) prep();                   // ids and weights: two launches back
   const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  if (ne > 0) __syncthreads();  // tab written
   if (!early) prep();
   float acc[R2];
 #pragma unroll
@@ -505,13 +483,12 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16;
   const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
-  constexpr size_t kGateSmemMax = kGateSmem + kGateTableMax * sizeof(GateUpPtrs);
   static const bool smem_ok[2] = {
       // more than the default 48 KB of dynamic shared memory
       cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmemMax)) == cudaSuccess,
+                           int(kGateSmem)) == cudaSuccess,
       cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmemMax)) == cudaSuccess};
+                           int(kGateSmem)) == cudaSuccess};
   if (!smem_ok[wide ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
@@ -524,11 +501,8 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
     return 2;
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
-  const int ne = g_kernels.gate_table && fuse.x_ready && fuse.table_entries <= kGateTableMax
-                     ? int(fuse.table_entries)
-                     : 0;
-  launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem + ne * sizeof(GateUpPtrs), s,
-         table, ids, weights, xq, xd, hidden, inter, hq, hd, fuse.x_ready ? 0 : e, ne);
+  launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
