@@ -26,6 +26,7 @@
 #include "kernels/cuda/decode_q8.cu"
 #include "kernels/cuda/moe_stream.cu"
 #include "moe_diag.cuh"
+#include "moe_wsc.cuh"
 
 namespace moetier::cuda {
 bool pdl_enabled() { return true; }
@@ -119,6 +120,8 @@ struct Model {
   uint8_t* pool = nullptr;
   std::vector<ExpertPtrs> host_table;
   ExpertPtrs* table = nullptr;  // [layers * E]
+  ExpertPtrs* table_w = nullptr;  // the same, gate and up scales in word layout (moe_wsc.cuh)
+  uint32_t* words = nullptr;      // their words: [layers * E][2][I / 4][H / 32]
   int32_t* ids = nullptr;       // [kCalls][k] (global expert index)
   float* weights = nullptr;     // [kCalls][k]
   float* x = nullptr;           // [kCalls][H]
@@ -157,6 +160,20 @@ Model make_model(const Shape& sh, std::mt19937& rng) {
   CK(cudaDeviceSynchronize());
   CK(cudaMalloc(&m.table, n * sizeof(ExpertPtrs)));
   CK(cudaMemcpy(m.table, m.host_table.data(), n * sizeof(ExpertPtrs), cudaMemcpyHostToDevice));
+  {  // gate and up scales in word layout
+    const size_t nw = I / 4 * (H / 32);
+    CK(cudaMalloc(&m.words, n * 2 * nw * 4));
+    std::vector<ExpertPtrs> tw = m.host_table;
+    for (size_t e = 0; e < n; ++e)
+      for (int j = 0; j < 2; ++j) {
+        uint32_t* d = m.words + (2 * e + size_t(j)) * nw;
+        repack_scales_words<<<256, 256>>>(m.host_table[e].s[j], int64_t(I), int64_t(H / 32), d);
+        tw[e].s[j] = reinterpret_cast<const uint8_t*>(d);
+      }
+    CK(cudaMalloc(&m.table_w, n * sizeof(ExpertPtrs)));
+    CK(cudaMemcpy(m.table_w, tw.data(), n * sizeof(ExpertPtrs), cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+  }
   std::vector<int32_t> ids;
   std::vector<float> w, x;
   std::vector<Seg> segs;
@@ -355,6 +372,93 @@ void l2_arms(const Model& m, void* scratch, size_t scratch_b, float* out, uint32
   }
 }
 
+// A stand-in for the router before gate/up (the decode step's order): 128
+// blocks that let the next launch start right after their wait, then spin `ns`.
+__global__ void router_standin(unsigned ns) {
+  grid_wait();
+  grid_launch_dependents();
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+}
+
+// The step as shipped (quantize, gate/up, the shape's default down kernel: the
+// pair kernel on DeepSeek shapes, the one-group split kernel on Qwen3's), with
+// gate/up `gate` reading `table` (word-layout scales for the gate_up_wsc
+// kernels); standin_ns >= 0: router_standin between quantize and gate/up, and
+// gate/up reads its ids before its wait only with gate_early (a perfect
+// prediction of the layer's experts, its first passes in flight during the
+// stand-in).
+Arm shipped_step(const Model& m, const char* name, GateK gate, const ExpertPtrs* table,
+                 int standin_ns, int gate_early) {
+  CK(cudaFuncSetAttribute(gate, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
+  return {name, [&m, gate, table, standin_ns, gate_early](int c, float* o, void* sc,
+                                                          cudaStream_t st) {
+            const Shape& sh = m.sh;
+            const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
+            auto* xq = static_cast<Q8x*>(sc);
+            Q8x* hq = xq + nb;
+            auto* xd = reinterpret_cast<float*>(hq + nh);
+            const int32_t* id = m.ids + c * sh.k;
+            const float* w = m.weights + c * sh.k;
+            launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
+                   kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
+            if (standin_ns >= 0) launch(router_standin, 128u, 128u, 0, st, unsigned(standin_ns));
+            launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, table, id,
+                   w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early);
+            const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
+            const int U = int(std::min<int64_t>(passes, 4));
+            const bool pair = sh.H / 4 > 4 * 132;
+            DownK dk = pair ? (U == 1   ? moe_down_q8_pair_kernel<4, 1>
+                               : U == 2 ? moe_down_q8_pair_kernel<4, 2>
+                               : U == 3 ? moe_down_q8_pair_kernel<4, 3>
+                                        : moe_down_q8_pair_kernel<4, 4>)
+                            : diag_down_for(sh, 0);
+            launch(dk, unsigned(pair ? (sh.H / 4 + 1) / 2 : sh.H / 4), 128u, 0, st, m.table, id, w,
+                   sh.k, hq, xd + nb, int64_t(sh.H), int64_t(sh.I), o, 0, 1);
+            return true;
+          }};
+}
+
+// Gate/up with word-layout scales (moe_wsc.cuh) against the shipped kernel,
+// each checked against ref, and each behind router stand-ins of 0, 3 and 6 us
+// with its ids read after its wait (as in decode) and before it.
+void wsc_arms(const Model& m, void* scratch, size_t scratch_b, float* out,
+              const std::vector<float>& ref, cudaStream_t s) {
+  const Shape& sh = m.sh;
+  if (sh.H / 32 > 128) return;
+  struct G {
+    const char* name;
+    GateK k;
+    const ExpertPtrs* table;
+  };
+  const G gates[3] = {{"shipped gate/up", moe_gate_up_q8_kernel<8>, m.table},
+                      {"word scales one ahead", gate_up_wsc<4, false>, m.table_w},
+                      {"word scales all at start", gate_up_wsc<4, true>, m.table_w}};
+  for (const G& g : gates) {
+    const Arm a = shipped_step(m, g.name, g.k, g.table, -1, 0);
+    CK(cudaMemset(out, 0xff, sizeof(float) * size_t(sh.H) * kCalls));
+    for (int c = 0; c < kCalls; ++c)
+      a.run(c, out + size_t(c) * sh.H, static_cast<uint8_t*>(scratch) + c * scratch_b, s);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    std::vector<float> o(size_t(sh.H) * kCalls);
+    CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
+    std::printf("  %-34s %8.2f us  err %.2e\n", g.name,
+                time_arm(m, a, out, scratch, scratch_b, s), max_rel(o, ref));
+  }
+  for (const unsigned ns : {0u, 3000u, 6000u})
+    for (const G& g : gates) {
+      double t[2];
+      for (int early = 0; early < 2; ++early)
+        t[early] = time_arm(m, shipped_step(m, g.name, g.k, g.table, int(ns), early), out, scratch,
+                            scratch_b, s);
+      std::printf("  stand-in %4u ns, %-26s ids after the wait %.2f us, before %.2f (saves %.2f)\n",
+                  ns, g.name, t[0], t[1], t[0] - t[1]);
+    }
+}
+
 void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
   Model m = make_model(sh, rng);
   cudaStream_t s;
@@ -448,7 +552,8 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     std::printf("  %-34s %8.2f us %7.0f GB/s  %5.1f%% of copy  err %.2e\n", a.name, us,
                 m.bytes_per_call / us / 1e3, 100.0 * m.bytes_per_call / us / 1e3 / copy_gbs, err);
   }
-  l2_arms(m, scratch, scratch_b, out, sink, s);
+  wsc_arms(m, scratch, scratch_b, out, ref, s);
+  if (std::getenv("PROBE_SKIP_L2") == nullptr) l2_arms(m, scratch, scratch_b, out, sink, s);
   // Experts in pinned host memory (the mapped host tier): call 0's k experts.
   {
     std::vector<ExpertPtrs> ht = m.host_table;
@@ -486,7 +591,7 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     for (void* b : bufs) cudaFreeHost(b);
     cudaFree(t2);
   }
-  cudaFree(m.pool), cudaFree(m.table), cudaFree(m.ids), cudaFree(m.weights), cudaFree(m.x);
+  cudaFree(m.pool), cudaFree(m.table), cudaFree(m.table_w), cudaFree(m.words), cudaFree(m.ids), cudaFree(m.weights), cudaFree(m.x);
   cudaFree(m.segs), cudaFree(scratch), cudaFree(out), cudaFree(sink);
   cudaStreamDestroy(s);
 }
