@@ -374,6 +374,8 @@ void l2_arms(const Model& m, void* scratch, size_t scratch_b, float* out, uint32
 
 // A stand-in for the router before gate/up (the decode step's order): 128
 // blocks that let the next launch start right after their wait, then spin `ns`.
+// With g_standin_trace set, block 0 records its start and end.
+__device__ unsigned long long* g_standin_trace;
 __global__ void router_standin(unsigned ns) {
   grid_wait();
   grid_launch_dependents();
@@ -381,6 +383,8 @@ __global__ void router_standin(unsigned ns) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   while (t - t0 < ns);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && g_standin_trace)
+    g_standin_trace[0] = t0, g_standin_trace[1] = t;
 }
 
 // The step as shipped (quantize, gate/up, the shape's default down kernel: the
@@ -421,6 +425,9 @@ Arm shipped_step(const Model& m, const char* name, GateK gate, const ExpertPtrs*
           }};
 }
 
+void timeline(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s,
+              const char* tag);
+
 // Gate/up with word-layout scales (moe_wsc.cuh) against the shipped kernel,
 // each checked against ref, and each behind router stand-ins of 0, 3 and 6 us
 // with its ids read after its wait (as in decode) and before it.
@@ -457,6 +464,77 @@ void wsc_arms(const Model& m, void* scratch, size_t scratch_b, float* out,
       std::printf("  stand-in %4u ns, %-26s ids after the wait %.2f us, before %.2f (saves %.2f)\n",
                   ns, g.name, t[0], t[1], t[0] - t[1]);
     }
+  timeline(m, scratch, scratch_b, out, s, "");
+  // Every kernel of the step with the largest shared-memory carveout (the SM's
+  // split of L1 and shared memory is set per kernel; a block can only become
+  // resident beside another kernel's blocks under the same split), then back
+  // to no preference.
+  auto carve = [&](int v) {
+    const void* ks[] = {(const void*)router_standin,
+                        (const void*)quantize_q8_kernel,
+                        (const void*)moe_gate_up_q8_kernel<8>,
+                        (const void*)gate_up_wsc<4, true>,
+                        (const void*)gate_up_wsc<4, true, true>,
+                        (const void*)moe_down_q8_pair_kernel<4, 1>,
+                        (const void*)moe_down_q8_pair_kernel<4, 2>,
+                        (const void*)moe_down_q8_pair_kernel<4, 3>,
+                        (const void*)moe_down_q8_pair_kernel<4, 4>,
+                        (const void*)diag_down_for(sh, 0)};
+    for (const void* k : ks) CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, v));
+  };
+  carve(cudaSharedmemCarveoutMaxShared);
+  for (int j = 0; j < 3; j += 2) {
+    std::printf("  carveout 100: %-26s %8.2f us\n", gates[j].name,
+                time_arm(m, shipped_step(m, "", gates[j].k, gates[j].table, -1, 0), out, scratch,
+                         scratch_b, s));
+    for (const unsigned ns : {3000u, 6000u}) {
+      double t[2];
+      for (int early = 0; early < 2; ++early)
+        t[early] = time_arm(m, shipped_step(m, "", gates[j].k, gates[j].table, int(ns), early), out,
+                            scratch, scratch_b, s);
+      std::printf("  carveout 100: stand-in %4u ns, %-26s ids after %.2f us, before %.2f (saves %.2f)\n",
+                  ns, gates[j].name, t[0], t[1], t[0] - t[1]);
+    }
+  }
+  timeline(m, scratch, scratch_b, out, s, "carveout 100: ");
+  carve(cudaSharedmemCarveoutDefault);
+}
+
+// The timeline of one step behind a 6 us stand-in (call 5, after 4 untimed):
+// gate/up's blocks' marks from the stand-in's start, us (min / median / max).
+void timeline(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s,
+              const char* tag) {
+  const Shape& sh = m.sh;
+  const int nblk = int(sh.I / 32) * sh.k;
+  unsigned long long* tr;
+  CK(cudaMalloc(&tr, sizeof(unsigned long long) * (4 * size_t(nblk) + 2)));
+  unsigned long long* trs = tr + 4 * nblk;
+  CK(cudaMemcpyToSymbol(g_wsc_trace, &tr, sizeof tr));
+  for (int early = 0; early < 2; ++early) {
+    const Arm a = shipped_step(m, "traced", gate_up_wsc<4, true, true>, m.table_w, 6000, early);
+    for (int c = 0; c < 5; ++c) {
+      if (c == 4) CK(cudaMemcpyToSymbol(g_standin_trace, &trs, sizeof trs));
+      a.run(c, out + size_t(c) * sh.H, static_cast<uint8_t*>(scratch) + c * scratch_b, s);
+    }
+    CK(cudaStreamSynchronize(s));
+    unsigned long long* none = nullptr;
+    CK(cudaMemcpyToSymbol(g_standin_trace, &none, sizeof none));
+    std::vector<unsigned long long> h(4 * size_t(nblk) + 2);
+    CK(cudaMemcpy(h.data(), tr, h.size() * 8, cudaMemcpyDeviceToHost));
+    const double t0 = double(h[4 * size_t(nblk)]);
+    std::printf("  %stimeline, ids %s the wait: stand-in %.2f us;", tag, early ? "before" : "after",
+                (double(h[4 * size_t(nblk) + 1]) - t0) / 1e3);
+    const char* mark[4] = {"entry", "passes landed", "wait done", "end"};
+    for (int j = 0; j < 4; ++j) {
+      if (j == 1 && !early) continue;
+      std::vector<double> v;
+      for (int b = 0; b < nblk; ++b) v.push_back((double(h[4 * size_t(b) + j]) - t0) / 1e3);
+      std::sort(v.begin(), v.end());
+      std::printf(" %s %.2f / %.2f / %.2f;", mark[j], v[0], v[v.size() / 2], v.back());
+    }
+    std::printf("\n");
+  }
+  cudaFree(tr);
 }
 
 void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {

@@ -13,6 +13,16 @@
 
 namespace moetier::cuda {
 
+// The probe's timeline (TR kernels): %globaltimer of each block's thread 0 at
+// entry, once its first passes and scale words landed (it waits for them
+// there: TR changes the kernel), after its wait, at its end; [block][4].
+__device__ unsigned long long* g_wsc_trace;
+__device__ __forceinline__ unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // dst [rows / 4][nb] words from src [rows][nb] bytes (rows a multiple of 4).
 __global__ void repack_scales_words(const uint8_t* src, int64_t rows, int64_t nb, uint32_t* dst) {
   for (int64_t w = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; w < rows / 4 * nb;
@@ -26,7 +36,7 @@ __global__ void repack_scales_words(const uint8_t* src, int64_t rows, int64_t nb
 
 // Grid (inter / 32, k), 256 threads, kGateSmem of dynamic shared memory, as
 // moe_gate_up_q8_kernel<8>; table's s[0], s[1] in word layout; hidden / 32 <= 32 C.
-template <int C, bool ALL>
+template <int C, bool ALL, bool TR = false>
 __global__ void __launch_bounds__(256, 3)
     gate_up_wsc(const ExpertPtrs* table, const int32_t* ids, const float* weights, const Q8x* xq,
                 const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early) {
@@ -64,9 +74,17 @@ __global__ void __launch_bounds__(256, 3)
 #pragma unroll
     for (int c = 0; c < (ALL ? C : 1); ++c) words(c);
   };
+  const int64_t blk = blockIdx.y * int64_t(gridDim.x) + blockIdx.x;
+  unsigned long long* tr = TR && threadIdx.x == 0 ? g_wsc_trace + 4 * blk : nullptr;
+  if (tr) tr[0] = gtimer();
   if (early) prep();
+  if (tr && early) {
+    cp_async_wait<0>();
+    tr[1] = gtimer() + (sw[0][C - 1] == 0x12345u ? 1 : 0);
+  }
   grid_wait();
   grid_launch_dependents();
+  if (tr) tr[2] = gtimer();
   if (!early) prep();
   float acc[R2];
 #pragma unroll
@@ -101,6 +119,7 @@ __global__ void __launch_bounds__(256, 3)
     const float dq = quantize_warp(hs[lane], hq + b);
     if (lane == 0) hd[b] = dq * __ldcg(weights + slot);
   }
+  if (tr) tr[3] = gtimer();
 }
 
 }  // namespace moetier::cuda
