@@ -30,6 +30,7 @@
 
 namespace moetier::cuda {
 bool pdl_enabled() { return true; }
+void apply_carveout(const void*) {}  // (the probe sets its carveouts itself)
 }  // namespace moetier::cuda
 
 #include "cuda_check.cuh"
@@ -253,7 +254,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
 // The step's launches (moe_decode_q8's, early reads on) with any kernels of
 // moe_diag.cuh: quantize, then gate (none: stop there), then down (none: stop).
 using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                       int64_t, int64_t, Q8x*, float*, int);
+                       int64_t, int64_t, Q8x*, float*, int, const int32_t*);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
 Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
@@ -271,7 +272,7 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
             if (gate)
               launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
-                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1);
+                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1, nullptr);
             if (gate && down)
               launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
                      int64_t(sh.H), int64_t(sh.I), o, 0, 1);
@@ -410,7 +411,7 @@ Arm shipped_step(const Model& m, const char* name, GateK gate, const ExpertPtrs*
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
             if (standin_ns >= 0) launch(router_standin, 128u, 128u, 0, st, unsigned(standin_ns));
             launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, table, id,
-                   w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early);
+                   w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr);
             const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
             const int U = int(std::min<int64_t>(passes, 4));
             const bool pair = sh.H / 4 > 4 * 132;

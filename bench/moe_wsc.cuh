@@ -39,7 +39,8 @@ __global__ void repack_scales_words(const uint8_t* src, int64_t rows, int64_t nb
 template <int C, bool ALL, bool TR = false>
 __global__ void __launch_bounds__(256, 3)
     gate_up_wsc(const ExpertPtrs* table, const int32_t* ids, const float* weights, const Q8x* xq,
-                const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early) {
+                const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early,
+                const int32_t*) {
   constexpr int NW = 8, R = 4, R2 = 8;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];

@@ -448,7 +448,10 @@ skip_arms() {  # model dir, prompt tokens, generated tokens
     for arm in ${ARMS:-none skip:qkv skip:attn skip:o skip:router skip:experts}; do
       local e=(env)
       case $arm in skip:*) e+=(MOETIER_CUDA_SKIP=${arm#skip:}) ;; env:*) local v=${arm#env:}; e+=(${v//,/ }) ;; esac
-      echo "$arm: $(decode_tps $1 $2 $3 "${e[@]}" $M)"
+      rm -f /tmp/arm.json
+      echo "$arm: $("${e[@]}" $M bench $1 --backend cuda --prompt-tokens $2 --gen $3 --runs 2 \
+        --no-probe --ctx 8448 --json /tmp/arm.json 2>&1 | grep -oE "decode [0-9.]+ tok/s" | tail -1) \
+        $(python3 scripts/find_key.py /tmp/arm.json expert_prediction 2>/dev/null | tail -1)"
     done
   done
 }

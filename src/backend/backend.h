@@ -297,6 +297,25 @@ class Backend {
   virtual void route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                                       bool renormalize, float* probs, int32_t* ids, float* weights,
                                       int64_t hidden, int64_t intermediate, const NormAdd& f);
+  // Decode hint (optional; the default ignores it): the layer about to run
+  // routes its experts (registered table `table`) with route_moe_resident_add
+  // (router, norm = its post-attention norm, k) after its attention. A backend
+  // may apply the router to rmsnorm(x, norm) of the layer's input, in the
+  // matmul_multi_rmsnorm that comes next (q/k/v), and bring the top k experts'
+  // weights closer while attention runs (CUDA: into L2). Never changes a
+  // result. expert_predictions: the predicted experts so far (issued) and how
+  // many the router then chose (used); none where the backend does not predict.
+  struct ExpertHint {
+    const MatView* router = nullptr;  // [experts, hidden]
+    const float* norm = nullptr;      // [hidden]
+    int table = -1;
+    int64_t k = 0;
+  };
+  virtual void hint_experts(const ExpertHint& h) {}
+  struct PredictionCounts {
+    uint64_t issued = 0, used = 0;
+  };
+  virtual std::optional<PredictionCounts> expert_predictions() { return std::nullopt; }
 
   // Decode graphs (optional; CUDA). graph_begin(pos, max_positions) starts
   // recording the ops of one decode step (one token at position pos: every

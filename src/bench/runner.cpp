@@ -123,6 +123,7 @@ RunOut one_run(Engine& e, const std::vector<int32_t>& ids, const Workload& w, co
   e.backend().reset_memory_peak();  // this run's peak, its session's KV cache included
   auto session = e.new_session(int64_t(ids.size()) + w.gen_tokens + 1);
   if (opt.on_phase) opt.on_phase("prefill " + tag);
+  const auto pred0 = e.backend().expert_predictions();  // (CUDA: predicted experts)
   const Snap s0 = snap(e.stats());
   int32_t next = argmax(session->prefill(ids));
   const Snap s1 = snap(e.stats());
@@ -139,6 +140,11 @@ RunOut one_run(Engine& e, const std::vector<int32_t>& ids, const Workload& w, co
   LayerCounters d = s2.c;
   d -= s0.c;
   r = run_json(d, s0, s2);
+  if (const auto pred2 = e.backend().expert_predictions(); pred0 && pred2) {
+    const uint64_t issued = pred2->issued - pred0->issued, used = pred2->used - pred0->used;
+    r["expert_prediction"] = {{"issued", issued}, {"used", used}};
+    if (issued > 0) r["expert_prediction"]["accuracy"] = double(used) / double(issued);
+  }
   const double prefill_s = seconds(s0.t, s1.t), decode_s = seconds(s1.t, s2.t);
   r["ttft_s"] = prefill_s;
   r["prompt_tps"] = double(ids.size()) / prefill_s;

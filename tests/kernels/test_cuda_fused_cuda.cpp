@@ -318,3 +318,84 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
     }
 #endif
 }
+
+// Gate/up started on predicted experts before its wait (Q8Fuse::predicted,
+// MOETIER_CUDA_PREDICT=early) gives the bits of the plain step whatever the
+// prediction: the router's ids, the same ids in another order, ids the router
+// did not choose, some of each, and a step whose predicted blocks all restart;
+// k from 1 to 32. The
+// plain step (x quantized by its own kernel) leaves x's q8 blocks in the
+// scratch that the predicted steps then read (x_ready), as the router's would;
+// h's blocks are poisoned before each, so a slot that no block writes shows.
+TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
+  REQUIRE_GPU();
+#if MOETIER_HAVE_CUDA
+  BackendPair f;
+  std::mt19937 rng(59);
+  {
+    for (auto [e, k, H, I] : {std::tuple<int, int, int64_t, int64_t>{40, 8, 1024, 256},
+                              {12, 1, 2048, 96},
+                              {70, 32, 1056, 64},
+                              {24, 6, 4096, 512}}) {
+      const std::string what = std::to_string(e) + " experts, k " + std::to_string(k) + ", " +
+                               std::to_string(H) + " x " + std::to_string(I);
+      const ExpertSet ex(f, WeightEncoding::MXFP4, e, H, I, rng);
+      std::vector<cuda::ExpertPtrs> ptrs;
+      for (const ExpertView& v : ex.dev)
+        ptrs.push_back(
+            {{v.gate.data, v.up.data, v.down.data}, {v.gate.scales, v.up.scales, v.down.scales}});
+      std::vector<DeviceBuffer> keep;
+      keep.push_back(f.gpu->alloc(ptrs.size() * sizeof(cuda::ExpertPtrs)));
+      const auto* table = keep.back().as<cuda::ExpertPtrs>();
+      f.gpu->to_device(keep.back().data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs));
+      std::vector<int32_t> all(static_cast<size_t>(e));
+      for (int i = 0; i < e; ++i) all[size_t(i)] = i;
+      std::shuffle(all.begin(), all.end(), rng);
+      const std::vector<int32_t> ids(all.begin(), all.begin() + k);
+      std::vector<int32_t> perm = ids, other(all.end() - k, all.end()), mixed = ids;
+      std::reverse(perm.begin(), perm.end());
+      for (int i = 0; i < k; i += 2) mixed[size_t(i)] = other[size_t(i)];
+      std::rotate(mixed.begin(), mixed.begin() + k / 2, mixed.end());
+      const auto x = randn(size_t(H), rng, 1.0f), w = randn(size_t(k), rng, 0.3f);
+      auto up_ids = [&](const std::vector<int32_t>& v) {
+        keep.push_back(f.gpu->alloc(v.size() * 4));
+        f.gpu->to_device(keep.back().data(), v.data(), v.size() * 4);
+        return keep.back().as<int32_t>();
+      };
+      const int32_t* dids = up_ids(ids);
+      const float* dw = f.up(w, keep);
+      const float* dx = f.up(x, keep);
+      keep.push_back(f.gpu->alloc(cuda::moe_q8_scratch_bytes(k, H, I)));
+      void* scratch = keep.back().data();
+      float* out0 = f.zeros(size_t(H), keep);
+      f.gpu->synchronize();  // the uploads and zeros (the backend's stream) before the steps (0)
+      ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                    scratch, out0, false, nullptr),
+                1)
+          << what;
+      const std::vector<float> want = f.down(out0, size_t(H));
+      const std::vector<std::pair<const char*, std::vector<int32_t>>> preds = {
+          {"the router's", ids}, {"reversed", perm}, {"none chosen", other}, {"mixed", mixed}};
+      const int64_t nb = H / 32, nh = int64_t(k) * (I / 32);  // moe_q8_x's layout
+      for (const auto& [name, pred] : preds) {
+        // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
+        auto* sc = static_cast<uint8_t*>(scratch);
+        ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
+        ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
+        cuda::Q8Fuse q;
+        q.x_ready = true;
+        q.predicted = up_ids(pred);
+        float* out = f.zeros(size_t(H), keep);
+        f.gpu->synchronize();
+        ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                      scratch, out, false, nullptr, q),
+                  1)
+            << what << ", " << name;
+        const std::vector<float> got = f.down(out, size_t(H));
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << what << ", predicted " << name << ": max |diff| / max |ref| " << rel_err(got, want);
+      }
+    }
+  }
+#endif
+}

@@ -323,3 +323,54 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
     EXPECT_EQ(plain->stats().prefetch.issued, 0u) << mode;
   }
 }
+
+// Predicted experts (MOETIER_CUDA_PREDICT=early) change no bit: the router's
+// logits ride along with q/k/v, the o projection's block 0 takes their top k,
+// the router counts what it chose and gate/up starts on them before its wait
+// (q8; CudaFused.GateUpOnPredictedExpertsGivesThePlainBits covers every kind
+// of miss). moetier-tiny, both activation modes, graphs and plain steps.
+TEST(CudaModel, PredictedExpertsChangeNothing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  for (const char* mode : {"q8", "f32"}) {
+    ActMode act(mode);
+    std::unique_ptr<Engine> plain;
+    {
+      EnvVar off("MOETIER_CUDA_PREDICT", "off");
+      plain = engine(dir, "cuda");
+    }
+    EXPECT_FALSE(plain->backend().expert_predictions().has_value()) << mode;
+    for (const char* mb : {"early"}) {
+      EnvVar on("MOETIER_CUDA_PREDICT", mb);
+      auto predicted = engine(dir, "cuda");
+      const auto c0 = predicted->backend().expert_predictions();
+      ASSERT_TRUE(c0.has_value()) << mode;
+      EXPECT_EQ(c0->issued, 0u);
+      int steps = 0;
+      for (const char* graphs : {"1", "0"}) {
+        EnvVar g("MOETIER_GRAPHS", graphs);
+        for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                              "It is a truth universally acknowledged, that a single man"}) {
+          const auto ids = tok.encode(p);
+          std::vector<std::vector<float>> la, lb;
+          EXPECT_EQ(greedy_steps(*predicted, ids, 24, la), greedy_steps(*plain, ids, 24, lb))
+              << mode << " " << p;
+          EXPECT_EQ(la, lb) << mode << ", MOETIER_GRAPHS=" << graphs << ", " << mb << " " << p;
+          steps += 23;
+        }
+      }
+      const auto c = predicted->backend().expert_predictions();
+      ASSERT_TRUE(c.has_value()) << mode;
+      // q8: the router counts, 8 MoE layers of k = 8 per decode step; f32 (the
+      // separate MoE ops, no fused router): none counted.
+      const uint64_t want = mode[0] == 'q' ? uint64_t(steps) * 8 * 8 : 0u;
+      EXPECT_EQ(c->issued, want) << mode << " " << mb;
+      if (want) {
+        EXPECT_GT(c->used, c->issued / 4) << mode << " " << mb;
+      }
+      std::printf("predicted experts (%s, %s): %llu of %llu chosen\n", mode, mb,
+                  (unsigned long long)c->used, (unsigned long long)c->issued);
+    }
+  }
+}

@@ -142,6 +142,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
+  predict_on_ = read_predict_env();
+  // MOETIER_CUDA_CARVEOUT=P: every kernel asks for P% of the largest
+  // shared-memory carveout (launch.cuh apply_carveout); unset: no preference.
+  cuda::set_carveout(int(env_int("MOETIER_CUDA_CARVEOUT", -1, 100, -1)));
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded
@@ -611,11 +615,9 @@ void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) 
   }
 }
 
-namespace {
-// The one-launch GEMV of the weights of one input (q/k/v), of rmsnorm(x, norm)
-// when norm is set; false (nothing launched) where it does not apply.
 bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float* const> ys,
-                    const float* norm, float eps, int rows_per_block, cudaStream_t s) {
+                    const float* norm, float eps, int rows_per_block, cudaStream_t s,
+                    std::span<const float* const> norms) {
   if (ws.empty() || ws.size() > size_t(cuda::GemvMulti::kMax)) return false;
   cuda::GemvMulti g;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -626,6 +628,7 @@ bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float
     g.sc[i] = ws[i].scales;
     g.y[i] = ys[i];
     g.tile0[i + 1] = g.tile0[i] + ws[i].rows;
+    if (i < norms.size()) g.norms[i] = norms[i];
   }
   g.count = int(ws.size());
   g.norm = norm;
@@ -633,7 +636,6 @@ bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float
   g.rows_per_block = rows_per_block;
   return cuda::gemv_multi(g, ws[0].enc, ws[0].cols, x, s);
 }
-}  // namespace
 
 // One launch for the weights of one input at decode (q/k/v), else one matmul each.
 void CudaBackend::matmul_multi(std::span<const MatView> ws, const float* x, int64_t n,
@@ -650,7 +652,8 @@ void CudaBackend::matmul_multi_rmsnorm(std::span<const MatView> ws, const float*
                                        std::span<float* const> ys, float* xn) {
   if (skipped(kSkipQkv, n)) return;
   if (n == 1 && !legacy_decode_ && fuse_ &&
-      gemv_multi_one(ws, x, ys, norm, eps, qkv_rows_, stream_))
+      (predict_qkv(ws, x, norm, eps, ys) ||
+       gemv_multi_one(ws, x, ys, norm, eps, qkv_rows_, stream_)))
     return after("gemv_multi_rmsnorm");
   Backend::matmul_multi_rmsnorm(ws, x, norm, eps, n, ys, xn);
 }
@@ -672,8 +675,15 @@ void CudaBackend::matmul_add(const MatView& w, const float* x, int64_t n, float*
   kernels::check_matview(w, "cuda matmul");
   if (w.rows < 32768 && skipped(kSkipO, n)) return;
   if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, true);
-  if (n == 1 && !legacy_decode_ && fuse_ && cuda::gemv1(w, x, y, true, stream_))
-    return after("gemv1_add");
+  if (n == 1 && !legacy_decode_ && fuse_) {
+    if (const cuda::ExpertPredict pf = take_predict();
+        pf.logits && cuda::gemv1(w, x, y, true, stream_, pf)) {
+      predicted_table_ = pf_table_;  // (pf_table_ stays until the router counts)
+      predicted_k_ = pf.k;
+      return after("gemv1_add_predict");
+    }
+    if (cuda::gemv1(w, x, y, true, stream_)) return after("gemv1_add");
+  }
   Backend::matmul_add(w, x, n, y, tmp);
 }
 

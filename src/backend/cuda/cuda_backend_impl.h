@@ -23,6 +23,15 @@ constexpr size_t kDecodeChunk = 256ull << 20;  // bytes of bf16 weights decoded 
 void check_blas(cublasStatus_t s, const char* what);
 // Bytes of w's scales (MXFP4) or codebook (CB3); 0 for f32 / bf16.
 size_t scale_bytes(const MatView& w);
+// The one-launch GEMV of the weights of one input (q/k/v), of rmsnorm(x, norm)
+// when norm is set (matrix i's own norms[i] where given and not null); false
+// (nothing launched) where it does not apply.
+bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float* const> ys,
+                    const float* norm, float eps, int rows_per_block, cudaStream_t s,
+                    std::span<const float* const> norms = {});
+// MOETIER_CUDA_PREDICT (cuda_predict.cpp): early (each resident decode layer's
+// experts predicted before attention, gate/up started on them) or off.
+bool read_predict_env();
 
 // A growable device buffer for one purpose.
 struct Scratch {
@@ -139,6 +148,8 @@ class CudaBackend final : public Backend {
   void route_moe_resident_add(const MatView& router, int table, float* x, int64_t k,
                               bool renormalize, float* probs, int32_t* ids, float* weights,
                               int64_t hidden, int64_t intermediate, const NormAdd& f) override;
+  void hint_experts(const ExpertHint& h) override;
+  std::optional<PredictionCounts> expert_predictions() override;
 
  private:
   // First member: destroyed last, after every buffer the backend owns is freed.
@@ -198,6 +209,7 @@ class CudaBackend final : public Backend {
     WeightEncoding enc = WeightEncoding::BF16;
     bool vec = false;
     int64_t num_experts = 0;
+    int64_t inter = 0;  // gate's rows
     // Staging (stage_next): an expert's six regions (gate, up, down data,
     // then their scales) at offset[r] of a slot of slot_bytes; the shadow
     // table [num_experts] cuda::ExpertPtrs the next call on it reads.
@@ -228,6 +240,20 @@ class CudaBackend final : public Backend {
   uint64_t copies_issued_ = 0, copies_seen_done_ = 0;
   bool unified_addressing_ = false;
   Scratch prep_, q8_;
+  // Predicted experts (cuda_predict.cpp; MOETIER_CUDA_PREDICT=early):
+  // hint_experts keeps the hint (hint_) for the next matmul_multi_rmsnorm,
+  // which computes the router's logits alongside q/k/v (predict_qkv) and
+  // leaves pf_ for the next matmul_add (o_proj), whose block 0 takes their
+  // top k (take_predict); route_moe_resident_add on that table then counts
+  // the prediction, starts gate/up on it (predicted_table_) and clears all.
+  bool predict_on_ = false;
+  std::optional<ExpertHint> hint_;
+  cuda::ExpertPredict pf_;  // logits null: none pending
+  int pf_table_ = -1, predicted_table_ = -1, predicted_k_ = 0;
+  DeviceBuffer predict_;  // logits [1024] f32, ids [32] int32, counts [2] u64
+  bool predict_qkv(std::span<const MatView> ws, const float* x, const float* norm, float eps,
+                   std::span<float* const> ys);
+  cuda::ExpertPredict take_predict();
   const Table& table_at(int table, int64_t k) const;
   // Staging the next MoE layer's predicted host experts (NormAdd::next), on
   // stage_stream_, forked from stream_ after this layer's router (which

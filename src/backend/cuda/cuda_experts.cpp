@@ -181,6 +181,7 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
     t.vec = t.vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
   }
   t.num_experts = int64_t(views.size());
+  t.inter = views[0].gate.rows;
   t.ptrs = alloc(ptrs.size() * sizeof(cuda::ExpertPtrs));
   cuda_check(cudaMemcpy(t.ptrs.data(), ptrs.data(), ptrs.size() * sizeof(cuda::ExpertPtrs),
                         cudaMemcpyHostToDevice),
@@ -191,6 +192,10 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
     host[e] = in_host_memory(views[e].gate.data) ? 1 : 0;
     t.stream_ok = t.stream_ok && on_stream(views[e], host[e] != 0);
     t.all_device = t.all_device && host[e] == 0;
+  }
+  if (predict_.bytes() == 0) {  // (hint_experts: sized before any recording)
+    predict_ = alloc(1024 * 4 + 32 * 4 + 2 * 8);
+    cuda_check(cudaMemset(predict_.data(), 0, predict_.bytes()), "prediction counters");
   }
   t.host = alloc(host.size());
   t.shadow =
@@ -328,6 +333,8 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                                          float* weights, int64_t hidden, int64_t intermediate,
                                          const NormAdd& f) {
   const Table& t = table_at(table, k);
+  const int predicted = predicted_k_ == k ? predicted_table_ : -1;  // the layer's hints end here
+  hint_.reset(), pf_ = {}, pf_table_ = predicted_table_ = -1;
   const cuda::ExpertPtrs* p = take_staged(table);
   const bool stage = !skip_ && can_stage(f.next, k, hidden);
   const bool fuse = fuse_ && !legacy_decode_ && act_q8_ &&
@@ -349,6 +356,10 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
                        hidden, intermediate);
     rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
+    if (predicted == table) {  // this layer's o_proj predicted (cuda_predict.cpp)
+      rq.predicted = reinterpret_cast<const int32_t*>(predict_.as<float>() + 1024);
+      rq.counts = reinterpret_cast<unsigned long long*>(predict_.as<uint8_t>() + 1024 * 4 + 32 * 4);
+    }
   }
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
@@ -359,8 +370,9 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
-  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1),
-             {f.norm, f.eps, true, rq.xq != nullptr}))
+  cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
+  if (rq.predicted && rq.xq) qf.predicted = rq.predicted;  // gate/up starts on them
+  if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
   moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);

@@ -106,11 +106,16 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // router's own 1 / rms where norm is set) after the blocks' count, and
 // prefetches the expert table into L2 before its wait (the MoE step's first
 // dependent read).
+// predicted / counts: the ids an ExpertPredict predicted for this router
+// (its launch two back wrote them); the last block adds to counts [2] how
+// many of them the router chose and k (used, issued). Null: none.
 struct RouterQ8 {
   void* xq = nullptr;              // [cols / 32] q8 blocks (moe_q8_x); null: none
   float* xd = nullptr;             // [cols / 32] their scales
   const void* prefetch = nullptr;  // [prefetch_bytes], brought into L2
   int64_t prefetch_bytes = 0;
+  const int32_t* predicted = nullptr;    // [k]
+  unsigned long long* counts = nullptr;  // [2]
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
@@ -152,6 +157,18 @@ struct ExpertPtrs {
   const void* w[3];     // gate [I, H], up [I, H], down [H, I]
   const uint8_t* s[3];  // their scales / codebooks (null for f32, bf16)
 };
+// A decode layer's experts predicted before its router (docs/cuda.md
+// "Predicted experts start gate/up early"; predict.cuh): block 0 of a gemv1
+// launch given one takes, before its grid_wait, the top k of logits [e] (the
+// layer's router applied to its input before attention, written by the q/k/v
+// GEMV two launches back: read through L2) and writes them to ids [k], which
+// the router counts and gate/up starts copying early (Q8Fuse::predicted).
+struct ExpertPredict {
+  const float* logits = nullptr;  // [e]; null: none
+  int32_t* ids = nullptr;         // [k]
+  int e = 0, k = 0;
+};
+
 // One entry of a resident expert table set (write_table_entries).
 struct TableWrite {
   ExpertPtrs* dst;  // device: the entry
@@ -243,7 +260,8 @@ ExpertLaunch prepare_decode_experts(const int32_t* ids, const float* weights, in
 // (device [num_experts]) on x [hidden], h [k, inter] scratch; ids and weights
 // [k] on the device; false (nothing launched) where it does not apply (cb3,
 // unaligned pointers: vec false, widths not a multiple of the chunk, k > 32).
-bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s);
+bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s,
+           const ExpertPredict& pf = {});
 // The row count from which gemv1 / gemv_multi take a warp per rows instead of
 // a block (default 32768; for benchmarks).
 void set_gemv_warp_rows(int64_t rows);
@@ -282,6 +300,9 @@ struct Q8Fuse {
   bool accumulate = false;
   bool x_ready = false;
   unsigned* stream = nullptr;
+  // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
+  // more launches back), whose weights gate/up starts copying before its wait
+  const int32_t* predicted = nullptr;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {
@@ -303,7 +324,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
 // stream (MOETIER_CUDA_MOE_STREAM=0 | 1): gate/up and down in one launch
 // (moe_stream_q8) where it applies and Q8Fuse::stream is given.
 struct MoeQ8Kernels {
-  int gate_warps = 8;     // 8 | 16
+  int gate_warps = 8;  // 8 | 16
   int down_rows = 4;      // 0 | 2 | 4
   bool down_pair = true;  // at 4 rows: two groups a block, one wave (moe_down_q8_pair_kernel)
   // down_pair by shape (the default): only where the split kernel's grid of
@@ -311,6 +332,9 @@ struct MoeQ8Kernels {
   bool down_auto = true;
   bool stream = false;
 };
+// Every decode kernel's preferred shared-memory carveout, percent (0..100);
+// -1 (the default): no preference (MOETIER_CUDA_CARVEOUT; launch.cuh).
+void set_carveout(int percent);
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 // Gate/up and down of the q8 step in one persistent launch streaming the
 // experts through shared memory (kernels/cuda/moe_stream.cu): x's q8 blocks
@@ -336,9 +360,11 @@ struct GemvMulti {
   float* y[kMax] = {};
   int64_t tile0[kMax + 1] = {};
   int count = 0;
-  const float* norm = nullptr;  // [cols] RMSNorm weights, or none
+  const float* norm = nullptr;    // [cols] RMSNorm weights, or none
+  const float* norms[kMax] = {};  // matrix m's own RMSNorm weights where set (norm set too)
   float eps = 0.0f;
   int rows_per_block = 0;  // of the block GEMV: 1, 2, 4 or 8 (0: set_gemv_block_rows' rule)
+  ExpertPredict pf;        // the block GEMV only (its block 0); else refused
 };
 bool gemv_multi(const GemvMulti& g, WeightEncoding enc, int64_t cols, const float* x,
                 cudaStream_t s);

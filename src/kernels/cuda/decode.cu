@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/predict.cuh"
 #include "kernels/cuda/q8.cuh"
 #include "kernels/cuda/topk.cuh"
 
@@ -98,12 +99,15 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
 }
 
 // Block b owns R rows of one matrix (matrix m's rows take ceil(rows_m / R)
-// consecutive blocks); NORM: of rmsnorm(x, g.norm, g.eps).
+// consecutive blocks); NORM: of rmsnorm(x, g.norms[m] or g.norm, g.eps).
+// With g.pf, block 0 first predicts the layer's experts (predict.cuh), before
+// its grid_wait.
 template <int ENC, int R, bool NORM>
 __global__ void __launch_bounds__(kMaxThreads)
-    gemv_block_kernel(GemvMulti g, int64_t cols, const float* x, int accumulate) {
+    gemv_block_kernel(const GemvMulti g, int64_t cols, const float* x, int accumulate) {
   __shared__ float lut[16];
   __shared__ float red[R + (NORM ? 1 : 0)][kMaxThreads / 32];
+  if (g.pf.logits) predict_ids(g.pf);
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
   int64_t b = blockIdx.x;
@@ -114,10 +118,10 @@ __global__ void __launch_bounds__(kMaxThreads)
     b -= bm;
   }
   const int64_t rows = g.tile0[m + 1] - g.tile0[m], row0 = b * R;
+  const float* nw = g.norms[m] ? g.norms[m] : g.norm;
   float old = 0.0f;  // accumulate: y's rows, read right after the wait
-  const float t =
-      block_rows_dot<ENC, R, NORM>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, g.norm, g.eps,
-                                   nullptr, accumulate ? g.y[m] : nullptr, &old);
+  const float t = block_rows_dot<ENC, R, NORM>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, nw,
+                                               g.eps, nullptr, accumulate ? g.y[m] : nullptr, &old);
   if (threadIdx.x < R && row0 + threadIdx.x < rows)
     g.y[m][row0 + threadIdx.x] = accumulate ? old + t : t;
 }
@@ -183,7 +187,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
   if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
   if (!last) return;
-  if (threadIdx.x < 32) softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
+  if (threadIdx.x < 32) {
+    int32_t pid = -1;  // in flight during the top-k
+    if (q8.predicted && threadIdx.x < k) pid = __ldcg(q8.predicted + threadIdx.x);
+    const int32_t mine = softmax_topk_warp<V>(probs, e, k, renorm, probs, ids, weights);
+    if (q8.predicted) count_predicted(pid, mine, int(k), q8.counts);
+  }
   if (threadIdx.x == 0) *done = 0;
   trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
   if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
@@ -379,10 +388,11 @@ unsigned threads_for(int64_t chunks) {
 template <int ENC, int R>
 void gemv_block(const GemvMulti& g, int64_t cols, const float* x, bool acc, cudaStream_t s) {
   const unsigned t = threads_for(cols / Chunk<ENC>::kCols), b = unsigned(blocks_of(g, R));
+  const size_t smem = g.pf.logits ? kPredictSmem : 0;  // predict_ids' keys
   if (g.norm)
-    launch(gemv_block_kernel<ENC, R, true>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
+    launch(gemv_block_kernel<ENC, R, true>, b, t, smem, s, g, cols, x, acc ? 1 : 0);
   else
-    launch(gemv_block_kernel<ENC, R, false>, b, t, 0, s, g, cols, x, acc ? 1 : 0);
+    launch(gemv_block_kernel<ENC, R, false>, b, t, smem, s, g, cols, x, acc ? 1 : 0);
 }
 
 // false: nothing launched (a norm asked of the warp-per-rows path).
@@ -413,7 +423,7 @@ bool gemv_warps(const GemvMulti& g, int64_t cols, const float* x, bool acc, cuda
       gemv_block<ENC, 1>(g, cols, x, acc, s);
     return true;
   }
-  if (g.norm) return false;
+  if (g.norm || g.pf.logits) return false;
   switch (unroll_for(cols / Chunk<ENC>::kCols)) {
     case 1:
       return gemv_warps_u<ENC, 1>(g, cols, x, acc, s), true;
@@ -541,9 +551,12 @@ void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
 void set_gemv_block_rows(int rows) { g_block_rows = rows; }
 void set_router_rows(int rows) { g_router_rows = rows == 1 || rows == 4 ? rows : 2; }
 
-bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s) {
+bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s,
+           const ExpertPredict& pf) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows <= 0) return false;
+  if (pf.logits && (pf.e < 1 || pf.e > 1024 || pf.k < 1 || pf.k > 32 || pf.k > pf.e)) return false;
   GemvMulti g;
+  g.pf = pf;
   g.w[0] = static_cast<const uint8_t*>(w.data);
   g.sc[0] = w.scales;
   g.y[0] = y;

@@ -136,6 +136,38 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (!early) work();
 }
 
+// The slot of the router's ids [k] whose expert the gate/up block of grid row
+// `slot` computes, where that block started on pred[slot] (Q8Fuse::predicted):
+// that slot where the router chose pred[slot]; else the r-th slot whose
+// expert was not predicted for the r-th predicted slot that was not chosen
+// (both in slot order), so that the k blocks of a column cover the k slots
+// once (ids and pred each hold k distinct ids; a pred with repeats the
+// router chose, whose counts of matches differ, maps every slot to itself).
+// id: its expert. Every lane of the warp returns the same.
+__device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* pred, int slot,
+                                            int k, int32_t& id) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = int(threadIdx.x & 31);
+  const int32_t a = lane < k ? __ldcg(ids + lane) : -1;
+  const int32_t p = lane < k ? __ldcg(pred + lane) : -2;
+  bool p_in = false, a_in = false;
+  for (int j = 0; j < k; ++j) {  // every lane shuffles (no short circuit: the mask is all)
+    const int32_t aj = __shfl_sync(kAll, a, j), pj = __shfl_sync(kAll, p, j);
+    p_in = p_in || p == aj;
+    a_in = a_in || a == pj;
+  }
+  const unsigned km = k >= 32 ? kAll : (1u << k) - 1u;
+  const unsigned pin = __ballot_sync(kAll, p_in) & km, ain = __ballot_sync(kAll, a_in) & km;
+  const int32_t ps = __shfl_sync(kAll, p, slot);
+  const unsigned same = __ballot_sync(kAll, a == ps) & km;
+  const int s = __popc(pin) != __popc(ain) ? slot
+                : (pin >> slot & 1u)
+                    ? __ffs(int(same)) - 1
+                    : int(__fns(~ain & km, 0, __popc(~pin & km & ((1u << slot) - 1u)) + 1));
+  id = __shfl_sync(kAll, a, s & 31);
+  return s;
+}
+
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
 // scales times the slot's routing weight. NW warps of R rows each (NW x R =
 // 32): 2R weight rows a warp (R of gate, R of up), a lane one 32-column chunk
@@ -154,7 +186,7 @@ template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early) {
+                          float* hd, int early, const int32_t* pred) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -181,8 +213,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
       for (int r = 0; r < R; ++r) sn[h] |= uint32_t(__ldg(p + r * nbi)) << (8 * r);
     }
   };
-  auto prep = [&] {
-    const ExpertPtrs& ex = table[__ldcg(ids + slot)];
+  auto prep = [&](int32_t id) {
+    const ExpertPtrs& ex = table[id];
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
@@ -193,10 +225,21 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
         if (lane + 32 * c < nbi) issue(lane + 32 * c, 2 * c + h, h);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  if (early) prep();                   // ids and weights: two launches back
-  const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
+  int32_t pe = -1;  // pred: the expert started before the wait
+  if (early)
+    prep(__ldcg(ids + slot));  // ids and weights: two launches back
+  else if (pred)
+    pe = __ldcg(pred + slot), prep(pe);  // the predicted ids: two or more launches back
+  const unsigned ts = grid_wait<2>();    // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  if (!early) prep();
+  int sl = slot;  // the router's slot this block computes
+  if (!early && pred) {
+    int32_t id;
+    sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
+    if (id != pe) cp_async_wait<0>(), prep(id);  // mispredicted: the started copies dropped
+  } else if (!early) {
+    prep(__ldcg(ids + slot));
+  }
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -228,9 +271,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
   __syncthreads();
   if (warp == 0) {
-    const int64_t b = int64_t(slot) * (inter / 32) + blockIdx.x;
+    const int64_t b = int64_t(sl) * (inter / 32) + blockIdx.x;
     const float d = quantize_warp(hs[lane], hq + b);
-    if (lane == 0) hd[b] = d * __ldcg(weights + slot);
+    if (lane == 0) hd[b] = d * __ldcg(weights + sl);
   }
   trace_mark(ts, 2);
 }
@@ -502,7 +545,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, fuse.x_ready ? 0 : e);
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

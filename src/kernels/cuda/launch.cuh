@@ -9,7 +9,10 @@
 //    the previous kernel has completed and its writes are visible). Only
 //    weights, which no kernel writes, may be read before it. One exception,
 //    for launchers that know their sequence (route_moe_resident in
-//    decode_q8.cu): what a kernel two or more launches back wrote may be read
+//    decode_q8.cu; the predicted experts of cuda_predict.cpp, whose o
+//    projection reads q/k/v's logits and writes the ids before its wait, which
+//    only the router, after its wait, and gate/up, one launch later, read):
+//    what a kernel two or more launches back wrote may be read
 //    before the wait, through L2 (ld.global.cg), and scratch that only later
 //    kernels of the sequence read may be written: that kernel has completed,
 //    because the one in between calls grid_launch_dependents only after its
@@ -167,6 +170,13 @@ __device__ __forceinline__ bool last_block_arrive(unsigned* ctr, unsigned n) {
 
 // Whether launch() asks for PDL (MOETIER_CUDA_PDL=0 turns it off; read once).
 bool pdl_enabled();
+// The shared-memory carveout every kernel started by launch() asks for, in
+// percent of the largest (set once per kernel, at its first launch; cuda.h
+// set_carveout). An SM runs blocks of several kernels at once only under one
+// split of its L1 and shared memory, so a PDL launch whose kernel's carveout
+// differs from the running kernel's becomes resident only as that kernel's
+// blocks leave their SMs (docs/cuda.md, "The carveout").
+void apply_carveout(const void* kernel);
 
 // compute(device) for the current device, computed once per device ordinal
 // and kept (0 where the device is unknown); one cache per F (each caller's
@@ -200,6 +210,7 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed =
       MOETIER_CUDA_MIN_ARCH >= 90 && pdl_enabled() ? 1 : 0;
+  apply_carveout(reinterpret_cast<const void*>(kernel));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

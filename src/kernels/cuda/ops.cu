@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/launch.cuh"
@@ -148,6 +150,22 @@ bool pdl_enabled() {
     return !(e && std::strcmp(e, "0") == 0);
   }();
   return on && t_pdl_off == 0;
+}
+
+namespace {
+std::atomic<int> g_carveout{-1};  // set_carveout
+}  // namespace
+
+void set_carveout(int percent) { g_carveout.store(percent, std::memory_order_relaxed); }
+
+void apply_carveout(const void* kernel) {
+  const int p = g_carveout.load(std::memory_order_relaxed);
+  if (p < 0) return;
+  static std::mutex m;
+  static std::unordered_set<const void*> done;  // (one percentage a process)
+  const std::lock_guard<std::mutex> lock(m);
+  if (done.insert(kernel).second)
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, p);
 }
 
 PlainLaunches::PlainLaunches() { ++t_pdl_off; }

@@ -27,11 +27,11 @@ __device__ __forceinline__ uint32_t warp_reduce_u32(uint32_t v) {
 // One warp per token; lane j holds the probabilities of experts j, j + 32,
 // ... (V per lane). k <= 32 rounds of a warp arg-max (ties to the lower id;
 // the backend refuses more); the weights are summed in selection order, and
-// lane r writes round r's id and weight.
+// lane r writes round r's id and weight (and returns the id; lanes >= k: 0).
 template <int V>
-__device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e, int64_t k,
-                                                  int renorm, float* probs, int32_t* ids,
-                                                  float* weights) {
+__device__ __forceinline__ int32_t softmax_topk_warp(const float* logits, int64_t e, int64_t k,
+                                                     int renorm, float* probs, int32_t* ids,
+                                                     float* weights) {
   const int lane = int(threadIdx.x & 31);
   float p[V];
   float m = -FLT_MAX;
@@ -90,6 +90,7 @@ __device__ __forceinline__ void softmax_topk_warp(const float* logits, int64_t e
     ids[lane] = my_id;
     weights[lane] = renorm ? my_w / sel_sum : my_w;
   }
+  return my_id;
 }
 
 }  // namespace moetier::cuda
