@@ -120,14 +120,14 @@ struct Model {
   Shape sh;
   uint8_t* pool = nullptr;
   std::vector<ExpertPtrs> host_table;
-  ExpertPtrs* table = nullptr;  // [layers * E]
+  ExpertPtrs* table = nullptr;    // [layers * E]
   ExpertPtrs* table_w = nullptr;  // the same, gate and up scales in word layout (moe_wsc.cuh)
   uint32_t* words = nullptr;      // their words: [layers * E][2][I / 4][H / 32]
-  int32_t* ids = nullptr;       // [kCalls][k] (global expert index)
-  float* weights = nullptr;     // [kCalls][k]
-  float* x = nullptr;           // [kCalls][H]
-  Seg* segs = nullptr;          // [kCalls][6k]
-  std::vector<Seg> host_segs;   // segs on the host
+  int32_t* ids = nullptr;         // [kCalls][k] (global expert index)
+  float* weights = nullptr;       // [kCalls][k]
+  float* x = nullptr;             // [kCalls][H]
+  Seg* segs = nullptr;            // [kCalls][6k]
+  std::vector<Seg> host_segs;     // segs on the host
   size_t bytes_per_call = 0;
 };
 
@@ -254,7 +254,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
 // The step's launches (moe_decode_q8's, early reads on) with any kernels of
 // moe_diag.cuh: quantize, then gate (none: stop there), then down (none: stop).
 using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                       int64_t, int64_t, Q8x*, float*, int, const int32_t*);
+                       int64_t, int64_t, Q8x*, float*, int, const int32_t*, int);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
 Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
@@ -272,7 +272,7 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
             if (gate)
               launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
-                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1, nullptr);
+                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1, nullptr, 4);
             if (gate && down)
               launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
                      int64_t(sh.H), int64_t(sh.I), o, 0, 1);
@@ -398,8 +398,8 @@ __global__ void router_standin(unsigned ns) {
 Arm shipped_step(const Model& m, const char* name, GateK gate, const ExpertPtrs* table,
                  int standin_ns, int gate_early) {
   CK(cudaFuncSetAttribute(gate, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
-  return {name, [&m, gate, table, standin_ns, gate_early](int c, float* o, void* sc,
-                                                          cudaStream_t st) {
+  return {name,
+          [&m, gate, table, standin_ns, gate_early](int c, float* o, void* sc, cudaStream_t st) {
             const Shape& sh = m.sh;
             const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
             auto* xq = static_cast<Q8x*>(sc);
@@ -411,7 +411,7 @@ Arm shipped_step(const Model& m, const char* name, GateK gate, const ExpertPtrs*
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
             if (standin_ns >= 0) launch(router_standin, 128u, 128u, 0, st, unsigned(standin_ns));
             launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, table, id,
-                   w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr);
+                   w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr, 4);
             const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
             const int U = int(std::min<int64_t>(passes, 4));
             const bool pair = sh.H / 4 > 4 * 132;
@@ -453,8 +453,8 @@ void wsc_arms(const Model& m, void* scratch, size_t scratch_b, float* out,
     CK(cudaGetLastError());
     std::vector<float> o(size_t(sh.H) * kCalls);
     CK(cudaMemcpy(o.data(), out, o.size() * 4, cudaMemcpyDeviceToHost));
-    std::printf("  %-34s %8.2f us  err %.2e\n", g.name,
-                time_arm(m, a, out, scratch, scratch_b, s), max_rel(o, ref));
+    std::printf("  %-34s %8.2f us  err %.2e\n", g.name, time_arm(m, a, out, scratch, scratch_b, s),
+                max_rel(o, ref));
   }
   for (const unsigned ns : {0u, 3000u, 6000u})
     for (const G& g : gates) {
@@ -481,7 +481,8 @@ void wsc_arms(const Model& m, void* scratch, size_t scratch_b, float* out,
                         (const void*)moe_down_q8_pair_kernel<4, 3>,
                         (const void*)moe_down_q8_pair_kernel<4, 4>,
                         (const void*)diag_down_for(sh, 0)};
-    for (const void* k : ks) CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, v));
+    for (const void* k : ks)
+      CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, v));
   };
   carve(cudaSharedmemCarveoutMaxShared);
   for (int j = 0; j < 3; j += 2) {
@@ -493,8 +494,9 @@ void wsc_arms(const Model& m, void* scratch, size_t scratch_b, float* out,
       for (int early = 0; early < 2; ++early)
         t[early] = time_arm(m, shipped_step(m, "", gates[j].k, gates[j].table, int(ns), early), out,
                             scratch, scratch_b, s);
-      std::printf("  carveout 100: stand-in %4u ns, %-26s ids after %.2f us, before %.2f (saves %.2f)\n",
-                  ns, gates[j].name, t[0], t[1], t[0] - t[1]);
+      std::printf(
+          "  carveout 100: stand-in %4u ns, %-26s ids after %.2f us, before %.2f (saves %.2f)\n",
+          ns, gates[j].name, t[0], t[1], t[0] - t[1]);
     }
   }
   timeline(m, scratch, scratch_b, out, s, "carveout 100: ");
@@ -670,7 +672,8 @@ void run_shape(const Shape& sh, std::mt19937& rng, double copy_gbs) {
     for (void* b : bufs) cudaFreeHost(b);
     cudaFree(t2);
   }
-  cudaFree(m.pool), cudaFree(m.table), cudaFree(m.table_w), cudaFree(m.words), cudaFree(m.ids), cudaFree(m.weights), cudaFree(m.x);
+  cudaFree(m.pool), cudaFree(m.table), cudaFree(m.table_w), cudaFree(m.words), cudaFree(m.ids),
+      cudaFree(m.weights), cudaFree(m.x);
   cudaFree(m.segs), cudaFree(scratch), cudaFree(out), cudaFree(sink);
   cudaStreamDestroy(s);
 }

@@ -323,7 +323,8 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
 // MOETIER_CUDA_PREDICT=early) gives the bits of the plain step whatever the
 // prediction: the router's ids, the same ids in another order, ids the router
 // did not choose, some of each, and a step whose predicted blocks all restart;
-// k from 1 to 32. The
+// k from 1 to 32; with all four of gate/up's first passes started before its
+// wait (the default), two and one (MoeQ8Kernels::predict_passes). The
 // plain step (x quantized by its own kernel) leaves x's q8 blocks in the
 // scratch that the predicted steps then read (x_ready), as the router's would;
 // h's blocks are poisoned before each, so a slot that no block writes shows.
@@ -368,33 +369,43 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       keep.push_back(f.gpu->alloc(cuda::moe_q8_scratch_bytes(k, H, I)));
       void* scratch = keep.back().data();
       float* out0 = f.zeros(size_t(H), keep);
-      f.gpu->synchronize();  // the uploads and zeros (the backend's stream) before the steps (0)
+      // The steps run on the legacy stream, the uploads, zeros and reads on the
+      // backend's: the device is synchronized around each step.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
                                     scratch, out0, false, nullptr),
                 1)
           << what;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
       const std::vector<float> want = f.down(out0, size_t(H));
       const std::vector<std::pair<const char*, std::vector<int32_t>>> preds = {
           {"the router's", ids}, {"reversed", perm}, {"none chosen", other}, {"mixed", mixed}};
       const int64_t nb = H / 32, nh = int64_t(k) * (I / 32);  // moe_q8_x's layout
-      for (const auto& [name, pred] : preds) {
-        // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
-        auto* sc = static_cast<uint8_t*>(scratch);
-        ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
-        ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
-        cuda::Q8Fuse q;
-        q.x_ready = true;
-        q.predicted = up_ids(pred);
-        float* out = f.zeros(size_t(H), keep);
-        f.gpu->synchronize();
-        ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
-                                      scratch, out, false, nullptr, q),
-                  1)
-            << what << ", " << name;
-        const std::vector<float> got = f.down(out, size_t(H));
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-            << what << ", predicted " << name << ": max |diff| / max |ref| " << rel_err(got, want);
-      }
+      for (const int npre : {4, 2, 1})
+        for (const auto& [name, pred] : preds) {
+          cuda::MoeQ8Kernels mk;
+          mk.predict_passes = npre;
+          cuda::set_moe_q8_kernels(mk);
+          // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
+          auto* sc = static_cast<uint8_t*>(scratch);
+          ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
+          ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
+          cuda::Q8Fuse q;
+          q.x_ready = true;
+          q.predicted = up_ids(pred);
+          float* out = f.zeros(size_t(H), keep);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                        scratch, out, false, nullptr, q),
+                    1)
+              << what << ", " << name;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
+          const std::vector<float> got = f.down(out, size_t(H));
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+              << what << ", predicted " << name << ", " << npre
+              << " passes early: max |diff| / max |ref| " << rel_err(got, want);
+          cuda::set_moe_q8_kernels({});
+        }
     }
   }
 #endif

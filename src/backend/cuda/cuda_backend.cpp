@@ -131,6 +131,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     mk.down_auto = false;  // the variable chose
   }
   if (auto v = choice("MOETIER_CUDA_MOE_STREAM", {"0", "1"}); !v.empty()) mk.stream = v == "1";
+  // MOETIER_CUDA_PREDICT_PASSES=N: gate/up starts N of its first 4 passes of
+  // the predicted experts before its wait (A/B)
+  mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as

@@ -324,13 +324,16 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
 // stream (MOETIER_CUDA_MOE_STREAM=0 | 1): gate/up and down in one launch
 // (moe_stream_q8) where it applies and Q8Fuse::stream is given.
 struct MoeQ8Kernels {
-  int gate_warps = 8;  // 8 | 16
+  int gate_warps = 8;     // 8 | 16
   int down_rows = 4;      // 0 | 2 | 4
   bool down_pair = true;  // at 4 rows: two groups a block, one wave (moe_down_q8_pair_kernel)
   // down_pair by shape (the default): only where the split kernel's grid of
   // hidden / 4 blocks passes kPairBlocksPerSm a multiprocessor
   bool down_auto = true;
   bool stream = false;
+  // with Q8Fuse::predicted: how many of gate/up's first four passes (gate and
+  // up rows of its first two chunks) it starts before its wait (1..4)
+  int predict_passes = 4;
 };
 // Every decode kernel's preferred shared-memory carveout, percent (0..100);
 // -1 (the default): no preference (MOETIER_CUDA_CARVEOUT; launch.cuh).

@@ -186,7 +186,7 @@ template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred) {
+                          float* hd, int early, const int32_t* pred, int npre) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -213,32 +213,37 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
       for (int r = 0; r < R; ++r) sn[h] |= uint32_t(__ldg(p + r * nbi)) << (8 * r);
     }
   };
-  auto prep = [&](int32_t id) {
+  // passes p0 .. p1 - 1 of (0, 0), (0, 1), (1, 0), (1, 1), in that order
+  auto passes = [&](int p0, int p1) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p)
+      if (p >= p0 && p < p1 && lane + 32 * (p / 2) < nbi) issue(lane + 32 * (p / 2), p, p & 1);
+  };
+  auto prep = [&](int32_t id, int p1) {  // expert id's bases and scales, its passes 0 .. p1 - 1
     const ExpertPtrs& ex = table[id];
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
-#pragma unroll
-    for (int c = 0; c < 2; ++c)  // (0, 0), (0, 1), (1, 0), (1, 1)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (lane + 32 * c < nbi) issue(lane + 32 * c, 2 * c + h, h);
+    passes(0, p1);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  int32_t pe = -1;  // pred: the expert started before the wait
+  int32_t pe = -1;  // pred: the expert started before the wait (its first npre passes)
   if (early)
-    prep(__ldcg(ids + slot));  // ids and weights: two launches back
+    prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
-    pe = __ldcg(pred + slot), prep(pe);  // the predicted ids: two or more launches back
-  const unsigned ts = grid_wait<2>();    // xq comes from the kernel before; marks: dots, end
+    pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
+  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
     int32_t id;
     sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
-    if (id != pe) cp_async_wait<0>(), prep(id);  // mispredicted: the started copies dropped
+    if (id != pe)
+      cp_async_wait<0>(), prep(id, 4);  // mispredicted: the started copies dropped
+    else
+      passes(npre, 4);  // (the groups stay in pass order)
   } else if (!early) {
-    prep(__ldcg(ids + slot));
+    prep(__ldcg(ids + slot), 4);
   }
   float acc[R2];
 #pragma unroll
@@ -545,7 +550,8 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr);
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
+         g_kernels.predict_passes);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
