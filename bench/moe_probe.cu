@@ -7,7 +7,13 @@
 // sets in a CUDA graph, replayed), so the weights come from HBM, not L2.
 // Outputs are compared with decode_q8.cu's by
 // max |diff| / max |ref| (the same integer sums; only the f32 order differs).
-// Also: the q8 kernels reading experts in pinned host memory. (The figures
+// Also: gate/up with word-layout scales (moe_wsc.cuh); the step behind a
+// router stand-in with gate/up's ids read after its wait and before it (a
+// perfect prediction), gate/up's per-block timeline there, and both again
+// with every kernel at the largest shared-memory carveout (wsc_arms; stop 44:
+// bench/results/h100-stop44-predicted-experts.json; PROBE_SKIP_DIAG=1 and
+// PROBE_SKIP_L2=1 leave out the diagnosis and L2 arms); the q8 kernels
+// reading experts in pinned host memory. (The figures
 // of bench/results/h200-moe-probe.json came from this probe at f2e373a, with
 // bulk-copy kernels since removed.)
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 -Isrc -DMOETIER_CUDA_MIN_ARCH=90
@@ -257,10 +263,33 @@ using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8
                        int64_t, int64_t, Q8x*, float*, int, const int32_t*, int);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
-Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
+// A stand-in for the router before gate/up (the decode step's order): 128
+// blocks that let the next launch start right after their wait, then spin `ns`.
+// With g_standin_trace set, block 0 records its start and end.
+__device__ unsigned long long* g_standin_trace;
+__global__ void router_standin(unsigned ns) {
+  grid_wait();
+  grid_launch_dependents();
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && g_standin_trace)
+    g_standin_trace[0] = t0, g_standin_trace[1] = t;
+}
+
+// table: gate/up's table (default m.table); standin_ns >= 0: router_standin
+// between quantize and gate/up; gate_early: gate/up reads its ids before its
+// wait; down_grid: the down kernel's blocks (default hidden / 4).
+Arm diag_step(const Model& m, const char* name, GateK gate, DownK down,
+              const ExpertPtrs* table = nullptr, int standin_ns = -1, int gate_early = 1,
+              unsigned down_grid = 0) {
   if (gate)  // the attribute moe_decode_q8 sets on its gate/up kernel
     CK(cudaFuncSetAttribute(gate, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
-  return {name, [&m, gate, down](int c, float* o, void* sc, cudaStream_t st) {
+  if (!table) table = m.table;
+  if (!down_grid) down_grid = unsigned(m.sh.H / 4);
+  return {name, [&m, gate, down, table, standin_ns, gate_early, down_grid](
+                    int c, float* o, void* sc, cudaStream_t st) {
             const Shape& sh = m.sh;
             const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
             auto* xq = static_cast<Q8x*>(sc);
@@ -270,12 +299,14 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down) {
             const float* w = m.weights + c * sh.k;
             launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
                    kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
+            if (standin_ns >= 0) launch(router_standin, 128u, 128u, 0, st, unsigned(standin_ns));
             if (gate)
-              launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, m.table,
-                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, 1, nullptr, 4);
+              launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, table,
+                     id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr,
+                     4);
             if (gate && down)
-              launch(down, unsigned(sh.H / 4), 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb,
-                     int64_t(sh.H), int64_t(sh.I), o, 0, 1);
+              launch(down, down_grid, 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb, int64_t(sh.H),
+                     int64_t(sh.I), o, 0, 1);
             return true;
           }};
 }
@@ -373,21 +404,6 @@ void l2_arms(const Model& m, void* scratch, size_t scratch_b, float* out, uint32
   }
 }
 
-// A stand-in for the router before gate/up (the decode step's order): 128
-// blocks that let the next launch start right after their wait, then spin `ns`.
-// With g_standin_trace set, block 0 records its start and end.
-__device__ unsigned long long* g_standin_trace;
-__global__ void router_standin(unsigned ns) {
-  grid_wait();
-  grid_launch_dependents();
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  while (t - t0 < ns);
-  if (blockIdx.x == 0 && threadIdx.x == 0 && g_standin_trace)
-    g_standin_trace[0] = t0, g_standin_trace[1] = t;
-}
-
 // The step as shipped (quantize, gate/up, the shape's default down kernel: the
 // pair kernel on DeepSeek shapes, the one-group split kernel on Qwen3's), with
 // gate/up `gate` reading `table` (word-layout scales for the gate_up_wsc
@@ -397,33 +413,17 @@ __global__ void router_standin(unsigned ns) {
 // stand-in).
 Arm shipped_step(const Model& m, const char* name, GateK gate, const ExpertPtrs* table,
                  int standin_ns, int gate_early) {
-  CK(cudaFuncSetAttribute(gate, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kGateSmem)));
-  return {name,
-          [&m, gate, table, standin_ns, gate_early](int c, float* o, void* sc, cudaStream_t st) {
-            const Shape& sh = m.sh;
-            const int64_t nb = sh.H / 32, nh = int64_t(sh.k) * (sh.I / 32);
-            auto* xq = static_cast<Q8x*>(sc);
-            Q8x* hq = xq + nb;
-            auto* xd = reinterpret_cast<float*>(hq + nh);
-            const int32_t* id = m.ids + c * sh.k;
-            const float* w = m.weights + c * sh.k;
-            launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads),
-                   kQuantThreads, 0, st, m.x + size_t(c) * sh.H, nb, nullptr, 0.0f, xq, xd, 1);
-            if (standin_ns >= 0) launch(router_standin, 128u, 128u, 0, st, unsigned(standin_ns));
-            launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, table, id,
-                   w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr, 4);
-            const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
-            const int U = int(std::min<int64_t>(passes, 4));
-            const bool pair = sh.H / 4 > 4 * 132;
-            DownK dk = pair ? (U == 1   ? moe_down_q8_pair_kernel<4, 1>
-                               : U == 2 ? moe_down_q8_pair_kernel<4, 2>
-                               : U == 3 ? moe_down_q8_pair_kernel<4, 3>
-                                        : moe_down_q8_pair_kernel<4, 4>)
-                            : diag_down_for(sh, 0);
-            launch(dk, unsigned(pair ? (sh.H / 4 + 1) / 2 : sh.H / 4), 128u, 0, st, m.table, id, w,
-                   sh.k, hq, xd + nb, int64_t(sh.H), int64_t(sh.I), o, 0, 1);
-            return true;
-          }};
+  const Shape& sh = m.sh;
+  const int64_t passes = (int64_t(sh.k) * (sh.I / 32) + 127) / 128;
+  const int U = int(std::min<int64_t>(passes, 4));
+  const bool pair = sh.H / 4 > 4 * 132;
+  const DownK dk = pair ? (U == 1   ? moe_down_q8_pair_kernel<4, 1>
+                           : U == 2 ? moe_down_q8_pair_kernel<4, 2>
+                           : U == 3 ? moe_down_q8_pair_kernel<4, 3>
+                                    : moe_down_q8_pair_kernel<4, 4>)
+                        : diag_down_for(sh, 0);
+  return diag_step(m, name, gate, dk, table, standin_ns, gate_early,
+                   unsigned(pair ? (sh.H / 4 + 1) / 2 : sh.H / 4));
 }
 
 void timeline(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s,

@@ -791,6 +791,7 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_MOE_STREAM", "on"},
                                                         {"MOETIER_CUDA_PREDICT", "on"},
                                                         {"MOETIER_CUDA_CARVEOUT", "101"},
+                                                        {"MOETIER_CUDA_PREDICT_PASSES", "5"},
                                                         {"MOETIER_CUDA_STAGE", "l2"}}) {
     EnvVar e(var, bad);  // the kernel switches name their variable
     EXPECT_THROW(make_cuda_backend(0), Error) << var;
