@@ -301,10 +301,12 @@ class Backend {
   // routes its experts (registered table `table`) with route_moe_resident_add
   // (router, norm = its post-attention norm, k) after its attention. A backend
   // may apply the router to rmsnorm(x, norm) of the layer's input, in the
-  // matmul_multi_rmsnorm that comes next (q/k/v), and bring the top k experts'
-  // weights closer while attention runs (CUDA: into L2). Never changes a
-  // result. expert_predictions: the predicted experts so far (issued) and how
-  // many the router then chose (used); none where the backend does not predict.
+  // matmul_multi_rmsnorm that comes next (q/k/v), and start on the top k
+  // experts' weights before the router's ids are known (CUDA: gate/up copies
+  // its first passes of them into shared memory while the router runs;
+  // docs/cuda.md). Never changes a result. expert_predictions: the predicted
+  // experts so far (issued) and how many the router then chose (used); none
+  // where the backend does not predict.
   struct ExpertHint {
     const MatView* router = nullptr;  // [experts, hidden]
     const float* norm = nullptr;      // [hidden]

@@ -240,7 +240,7 @@ class CudaBackend final : public Backend {
   uint64_t copies_issued_ = 0, copies_seen_done_ = 0;
   bool unified_addressing_ = false;
   Scratch prep_, q8_;
-  // Predicted experts (cuda_predict.cpp; MOETIER_CUDA_PREDICT=early):
+  // Predicted experts (cuda_predict.cpp; MOETIER_CUDA_PREDICT=early, the default):
   // hint_experts keeps the hint (hint_) for the next matmul_multi_rmsnorm,
   // which computes the router's logits alongside q/k/v (predict_qkv) and
   // leaves pf_ for the next matmul_add (o_proj), whose block 0 takes their
