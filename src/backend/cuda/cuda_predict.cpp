@@ -32,7 +32,9 @@ bool read_predict_env() {
 }
 
 void CudaBackend::hint_experts(const ExpertHint& h) {
-  hint_.reset();
+  // A new layer: whatever an earlier layer left (a step cut short by an
+  // error) is dropped, so no o projection takes another layer's logits.
+  hint_.reset(), pf_ = {}, pf_table_ = predicted_table_ = -1;
   if (!predict_on_ || skip_ || legacy_decode_ || !fuse_ || !h.router || !h.norm) return;
   if (h.table < 0 || size_t(h.table) >= tables_.size() || h.k < 1 || h.k > 32) return;
   const Table& t = tables_[size_t(h.table)];
