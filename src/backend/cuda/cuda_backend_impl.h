@@ -250,7 +250,14 @@ class CudaBackend final : public Backend {
   std::optional<ExpertHint> hint_;
   cuda::ExpertPredict pf_;  // logits null: none pending
   int pf_table_ = -1, predicted_table_ = -1, predicted_k_ = 0;
-  DeviceBuffer predict_;  // logits [1024] f32, ids [32] int32, counts [2] u64
+  DeviceBuffer predict_;  // PredictSlots: logits, ids, counts (allocated with the first table)
+  struct PredictSlots {
+    float* logits;               // [ExpertPredict::kMaxExperts]
+    int32_t* ids;                // [ExpertPredict::kMaxK]
+    unsigned long long* counts;  // [2]: used, issued (the router's count_predicted)
+    static size_t bytes();       // predict_'s size
+  };
+  PredictSlots predict_slots() const;
   bool predict_qkv(std::span<const MatView> ws, const float* x, const float* norm, float eps,
                    std::span<float* const> ys);
   cuda::ExpertPredict take_predict();

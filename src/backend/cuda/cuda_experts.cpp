@@ -194,7 +194,7 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
     t.all_device = t.all_device && host[e] == 0;
   }
   if (predict_.bytes() == 0) {  // (hint_experts: sized before any recording)
-    predict_ = alloc(1024 * 4 + 32 * 4 + 2 * 8);
+    predict_ = alloc(PredictSlots::bytes());
     cuda_check(cudaMemset(predict_.data(), 0, predict_.bytes()), "prediction counters");
   }
   t.host = alloc(host.size());
@@ -357,8 +357,8 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                        hidden, intermediate);
     rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
     if (predicted == table) {  // this layer's o_proj predicted (cuda_predict.cpp)
-      rq.predicted = reinterpret_cast<const int32_t*>(predict_.as<float>() + 1024);
-      rq.counts = reinterpret_cast<unsigned long long*>(predict_.as<uint8_t>() + 1024 * 4 + 32 * 4);
+      rq.predicted = predict_slots().ids;
+      rq.counts = predict_slots().counts;
     }
   }
   if (!skipped(kSkipRouter, 1)) {
@@ -371,7 +371,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   }
   if (skipped(kSkipExperts, 1)) return;
   cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
-  if (rq.predicted && rq.xq) qf.predicted = rq.predicted;  // gate/up starts on them
+  qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)

@@ -36,10 +36,12 @@ void CudaBackend::hint_experts(const ExpertHint& h) {
   // error) is dropped, so no o projection takes another layer's logits.
   hint_.reset(), pf_ = {}, pf_table_ = predicted_table_ = -1;
   if (!predict_on_ || skip_ || legacy_decode_ || !fuse_ || !h.router || !h.norm) return;
-  if (h.table < 0 || size_t(h.table) >= tables_.size() || h.k < 1 || h.k > 32) return;
+  if (h.table < 0 || size_t(h.table) >= tables_.size() || h.k < 1 ||
+      h.k > cuda::ExpertPredict::kMaxK)
+    return;
   const Table& t = tables_[size_t(h.table)];
-  if (!t.all_device || t.inter < 1 || h.router->rows != t.num_experts || h.router->rows > 1024 ||
-      h.k > h.router->rows)
+  if (!t.all_device || t.inter < 1 || h.router->rows != t.num_experts ||
+      h.router->rows > cuda::ExpertPredict::kMaxExperts || h.k > h.router->rows)
     return;
   // only where the q8 step with the router's quantize runs (its gate/up takes the prediction)
   if (!act_q8_ || !router_q8_ ||
@@ -63,17 +65,31 @@ bool CudaBackend::predict_qkv(std::span<const MatView> ws, const float* x, const
   const float* nw[kMax] = {};
   for (size_t i = 0; i < n; ++i) w[i] = ws[i], y[i] = ys[i];
   w[n] = *h.router;
-  y[n] = predict_.as<float>();  // logits [e]
+  const PredictSlots ps = predict_slots();
+  y[n] = ps.logits;  // [e]
   nw[n] = h.norm;
   if (!gemv_multi_one({w, n + 1}, x, {y, n + 1}, norm, eps, qkv_rows_, stream_, {nw, n + 1}))
     return false;
   pf_ = {};
-  pf_.logits = predict_.as<float>();
-  pf_.ids = reinterpret_cast<int32_t*>(predict_.as<float>() + 1024);
+  pf_.logits = ps.logits;
+  pf_.ids = ps.ids;
   pf_.e = int(h.router->rows);
   pf_.k = int(h.k);
   pf_table_ = h.table;
   return true;
+}
+
+size_t CudaBackend::PredictSlots::bytes() {
+  return cuda::ExpertPredict::kMaxExperts * sizeof(float) +
+         cuda::ExpertPredict::kMaxK * sizeof(int32_t) + 2 * sizeof(unsigned long long);
+}
+
+CudaBackend::PredictSlots CudaBackend::predict_slots() const {
+  uint8_t* p = predict_.as<uint8_t>();
+  constexpr size_t ids = cuda::ExpertPredict::kMaxExperts * sizeof(float);
+  constexpr size_t counts = ids + cuda::ExpertPredict::kMaxK * sizeof(int32_t);
+  return {reinterpret_cast<float*>(p), reinterpret_cast<int32_t*>(p + ids),
+          reinterpret_cast<unsigned long long*>(p + counts)};
 }
 
 cuda::ExpertPredict CudaBackend::take_predict() {
@@ -86,9 +102,8 @@ std::optional<Backend::PredictionCounts> CudaBackend::expert_predictions() {
   if (!predict_on_ || predict_.bytes() == 0) return std::nullopt;
   unsigned long long c[2] = {};
   cuda_check(cudaStreamSynchronize(stream_), "prediction counters");
-  cuda_check(
-      cudaMemcpy(c, predict_.as<uint8_t>() + 1024 * 4 + 32 * 4, sizeof c, cudaMemcpyDeviceToHost),
-      "prediction counters");
+  cuda_check(cudaMemcpy(c, predict_slots().counts, sizeof c, cudaMemcpyDeviceToHost),
+             "prediction counters");
   return PredictionCounts{c[1], c[0]};
 }
 

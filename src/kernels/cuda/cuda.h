@@ -164,8 +164,10 @@ struct ExpertPtrs {
 // GEMV two launches back: read through L2) and writes them to ids [k], which
 // the router counts and gate/up starts copying early (Q8Fuse::predicted).
 struct ExpertPredict {
-  const float* logits = nullptr;  // [e]; null: none
-  int32_t* ids = nullptr;         // [k]
+  static constexpr int kMaxExperts = 1024;  // e (the fused router's limit)
+  static constexpr int kMaxK = 32;          // k
+  const float* logits = nullptr;            // [e]; null: none
+  int32_t* ids = nullptr;                   // [k]
   int e = 0, k = 0;
 };
 

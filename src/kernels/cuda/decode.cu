@@ -554,7 +554,9 @@ void set_router_rows(int rows) { g_router_rows = rows == 1 || rows == 4 ? rows :
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s,
            const ExpertPredict& pf) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows <= 0) return false;
-  if (pf.logits && (pf.e < 1 || pf.e > 1024 || pf.k < 1 || pf.k > 32 || pf.k > pf.e)) return false;
+  if (pf.logits && (pf.e < 1 || pf.e > ExpertPredict::kMaxExperts || pf.k < 1 ||
+                    pf.k > ExpertPredict::kMaxK || pf.k > pf.e))
+    return false;
   GemvMulti g;
   g.pf = pf;
   g.w[0] = static_cast<const uint8_t*>(w.data);

@@ -30,7 +30,7 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // arg-max over keys in shared memory, ties to the lower id) written to pf.ids.
 // The keys are the launch's dynamic shared memory (kPredictSmem, given only
 // to launches that predict).
-constexpr size_t kPredictSmem = 1024 * sizeof(uint32_t);  // e <= 1024 (the router's limit)
+constexpr size_t kPredictSmem = ExpertPredict::kMaxExperts * sizeof(uint32_t);
 __device__ __forceinline__ void predict_ids(const ExpertPredict& pf) {
   extern __shared__ uint32_t key[];  // [e]
   if (blockIdx.x != 0 || threadIdx.x >= 32) return;
