@@ -184,15 +184,16 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // FLAG (Q8Fuse::ready, x_ready only): released by the router's count instead
 // of its grid's completion. ready [2]: the router's count, which reaches
 // ready_n once every read of the router below is written (RouterQ8::ready),
-// and the blocks that saw it. Thread 0 waits for the count (acquire), adds to
-// the second (acquire-release: after its own wait), and the block that adds
-// last resets both to 0, so they are 0 again before the kernel completes and
-// no block can still be waiting. The kernel calls grid_wait only before it
-// exits (the chain stays transitive: it completes after the router). x's q8
-// blocks are read through L2 (written while this grid runs, so not through
-// the non-coherent path). Down, launched once every block here has seen the
-// count, reads ids and weights before its wait: they were in L2 before the
-// count's release, and its reads go to L2 (ld.global.cg).
+// and the blocks that saw it. Thread 0 waits for the count (acquire), then
+// adds to the second once it has read the count, and the block that adds last
+// resets both to 0 at its end, so they are 0 again before the kernel
+// completes and no block can still be waiting. The kernel calls grid_wait
+// only before it exits (the chain stays transitive: it completes after the
+// router). x's q8 blocks are read with coherent loads (ld.ca: written while
+// this grid runs, so not through the non-coherent path; the acquire leaves no
+// stale L1 line). Down, launched once every block here has seen the count,
+// reads ids and weights before its wait: they were in L2 before the count's
+// release, and its reads go to L2 (ld.global.cg).
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
 template <int NW, bool FLAG>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
@@ -247,12 +248,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
   // xq comes from the router (the kernel before); marks: dots, end
   const unsigned ts = FLAG ? counter_wait<2>(ready, ready_n) : grid_wait<2>();
-  unsigned seen = 0;  // FLAG, thread 0: the blocks that saw the count before this one
-  if (FLAG && threadIdx.x == 0)
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-                 : "=r"(seen)
-                 : "l"(ready + 1)
-                 : "memory");
+  // FLAG, thread 0: the blocks that saw the count before this one (relaxed: a
+  // fence here would wait for this thread's copies in flight; the add is
+  // issued only once the count was read, and its value is used at the end)
+  const unsigned seen = FLAG && threadIdx.x == 0 ? atomicAdd(ready + 1, 1u) : 0u;
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
@@ -277,9 +276,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const auto* p = reinterpret_cast<const int4*>(xq + i) + j;
-      xr[j] = FLAG ? __ldcg(p) : __ldg(p);
+      xr[j] = FLAG ? __ldca(p) : __ldg(p);
     }
-    const float d = FLAG ? __ldcg(xd + i) : __ldg(xd + i);
+    const float d = FLAG ? __ldca(xd + i) : __ldg(xd + i);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
@@ -305,7 +304,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   }
   trace_mark(ts, 2);
   if constexpr (FLAG) {
-    if (threadIdx.x == 0 && seen == gridDim.x * gridDim.y - 1) ready[0] = 0, ready[1] = 0;
+    if (threadIdx.x == 0 && seen == gridDim.x * gridDim.y - 1)
+      __threadfence(), ready[0] = 0, ready[1] = 0;  // every block has read the count
     griddep_wait();  // (untraced) the router has completed before this grid does
   }
 }

@@ -139,7 +139,9 @@ __device__ __forceinline__ unsigned grid_wait() {
 // writes, ordered before one thread's release add by a barrier (__syncthreads
 // or __syncwarp for one warp's writes), are visible to every thread of a
 // consumer block after counter_wait returns (thread 0's acquire load, then a
-// barrier: CUTLASS's semaphore pattern).
+// barrier: CUTLASS's semaphore pattern). The wait polls with relaxed loads and
+// acquires once it has seen n (an acquire may invalidate the SM's L1: once,
+// not at every poll).
 __device__ __forceinline__ void counter_release_add(unsigned* c, unsigned v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(v) : "memory");
@@ -148,13 +150,17 @@ __device__ __forceinline__ void counter_release_add(unsigned* c, unsigned v) {
   atomicAdd(c, v);
 #endif
 }
-__device__ __forceinline__ unsigned counter_acquire(const unsigned* c) {
+template <bool ACQUIRE>
+__device__ __forceinline__ unsigned counter_load(const unsigned* c) {
   unsigned v = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+  if constexpr (ACQUIRE)
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+  else
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
 #elif defined(__CUDA_ARCH__)
   v = *static_cast<const volatile unsigned*>(c);
-  __threadfence();
+  if (ACQUIRE) __threadfence();
 #endif
   return v;
 }
@@ -162,12 +168,14 @@ __device__ __forceinline__ unsigned counter_acquire(const unsigned* c) {
 template <int M = 0>
 __device__ __forceinline__ unsigned counter_wait(const unsigned* c, unsigned n) {
   return traced_wait<M>([c, n] {
-    if (threadIdx.x + threadIdx.y + threadIdx.z == 0)
-      while (counter_acquire(c) < n) {
+    if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
+      while (counter_load<false>(c) < n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
         __nanosleep(32);
 #endif
       }
+      (void)counter_load<true>(c);
+    }
     __syncthreads();
   });
 }
