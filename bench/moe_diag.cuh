@@ -16,7 +16,7 @@ template <int MODE>
 __global__ void __launch_bounds__(256, 3)
     diag_gate_up(const ExpertPtrs* table, const int32_t* ids, const float* weights, const Q8x* xq,
                  const float* xd, int64_t hidden, int64_t inter, Q8x* hq, float* hd, int early,
-                 const int32_t*, int, unsigned*, unsigned) {
+                 const int32_t*, int) {
   constexpr int NW = 8, R = 4, R2 = 8;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];

@@ -260,8 +260,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& ref) {
 // The step's launches (moe_decode_q8's, early reads on) with any kernels of
 // moe_diag.cuh: quantize, then gate (none: stop there), then down (none: stop).
 using GateK = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                       int64_t, int64_t, Q8x*, float*, int, const int32_t*, int, unsigned*,
-                       unsigned);
+                       int64_t, int64_t, Q8x*, float*, int, const int32_t*, int);
 using DownK = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
                        const float*, int64_t, int64_t, float*, int, int);
 // A stand-in for the router before gate/up (the decode step's order): 128
@@ -304,7 +303,7 @@ Arm diag_step(const Model& m, const char* name, GateK gate, DownK down,
             if (gate)
               launch(gate, dim3(unsigned(sh.I / 32), unsigned(sh.k)), 256u, kGateSmem, st, table,
                      id, w, xq, xd, int64_t(sh.H), int64_t(sh.I), hq, xd + nb, gate_early, nullptr,
-                     4, nullptr, 0u);
+                     4);
             if (gate && down)
               launch(down, down_grid, 128u, 0, st, m.table, id, w, sh.k, hq, xd + nb, int64_t(sh.H),
                      int64_t(sh.I), o, 0, 1);
@@ -331,7 +330,7 @@ DownK diag_down_for(const Shape& sh, int mode) {
 // gate/up kernel in each mode, and the whole step with the down kernel in
 // each mode. Their outputs are not the step's (no err).
 void diag_arms(const Model& m, void* scratch, size_t scratch_b, float* out, cudaStream_t s) {
-  const GateK gates[5] = {moe_gate_up_q8_kernel<8, false>, diag_gate_up<1>, diag_gate_up<2>,
+  const GateK gates[5] = {moe_gate_up_q8_kernel<8>, diag_gate_up<1>, diag_gate_up<2>,
                           diag_gate_up<3>, diag_gate_up<4>};  // as shipped, then the modes
   const char* gname[5] = {"as is", "loads only", "code loads only", "dot only", "frame"};
   const char* dname[4] = {"as is", "loads only", "dot only", "frame"};
@@ -442,7 +441,7 @@ void wsc_arms(const Model& m, void* scratch, size_t scratch_b, float* out,
     GateK k;
     const ExpertPtrs* table;
   };
-  const G gates[3] = {{"shipped gate/up", moe_gate_up_q8_kernel<8, false>, m.table},
+  const G gates[3] = {{"shipped gate/up", moe_gate_up_q8_kernel<8>, m.table},
                       {"word scales one ahead", gate_up_wsc<4, false>, m.table_w},
                       {"word scales all at start", gate_up_wsc<4, true>, m.table_w}};
   for (const G& g : gates) {
@@ -474,7 +473,7 @@ void wsc_arms(const Model& m, void* scratch, size_t scratch_b, float* out,
   auto carve = [&](int v) {
     const void* ks[] = {(const void*)router_standin,
                         (const void*)quantize_q8_kernel,
-                        (const void*)moe_gate_up_q8_kernel<8, false>,
+                        (const void*)moe_gate_up_q8_kernel<8>,
                         (const void*)gate_up_wsc<4, true>,
                         (const void*)gate_up_wsc<4, true, true>,
                         (const void*)moe_down_q8_pair_kernel<4, 1>,

@@ -162,12 +162,10 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   struct Case {
     int64_t experts, k, H, I;
   };
-  for (const char* fuse : {"1", "1r", "1g", "0"})  // r: x quantized apart; g: gate/up on the grid
+  for (const char* fuse : {"1", "1r", "0"})
     for (const char* mode : {"q8", "f32"}) {
-      if (fuse[1] == 'g' && mode[0] == 'f') continue;  // (the release is the q8 kernels')
       EnvVar env("MOETIER_CUDA_FUSE", fuse[0] == '1' ? "1" : "0");
       EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", fuse[1] == 'r' ? "0" : "1");
-      EnvVar rel("MOETIER_CUDA_GATE_RELEASE", fuse[1] == 'g' ? "grid" : "flag");
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);
@@ -241,7 +239,7 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
 // most 1% of codes off, each scale within 1e-5; the router's ids equal those
 // of a launch without it; with and without the norm. The router quantizes
 // after its count (by warp 1 beside the top-k; in a block of one warp, 96 and
-// 160 columns, after it). With RouterQ8::ready each block counts once.
+// 160 columns, after it).
 TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
   REQUIRE_GPU();
 #if MOETIER_HAVE_CUDA
@@ -277,20 +275,14 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
       for (auto& p : ids)
         keep.push_back(f.gpu->alloc(size_t(k) * 4)), p = keep.back().as<int32_t>();
       f.gpu->synchronize();
-      auto* ready = reinterpret_cast<unsigned*>(f.zeros(2, keep));
-      f.gpu->synchronize();
       for (int q = 0; q < 2; ++q) {
         cuda::RouterQ8 q8;
-        if (q == 1) q8 = {xq, xd, table, 1200}, q8.ready = ready;
+        if (q == 1) q8 = {xq, xd, table, 1200};
         ASSERT_TRUE(cuda::router_topk(dr, dx, k, true, probs, ids[q], w, done, nullptr, dnw, 1e-6f,
                                       nullptr, q8))
             << what;
       }
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-      unsigned count[2] = {7, 7};  // every block counted once; the readers' word untouched
-      f.gpu->to_host(count, ready, sizeof count);
-      EXPECT_EQ(count[0], cuda::router_ready_count(e)) << what;
-      EXPECT_EQ(count[1], 0u) << what;
       std::vector<int32_t> id0(static_cast<size_t>(k)), id1(static_cast<size_t>(k));
       f.gpu->to_host(id0.data(), ids[0], id0.size() * 4);
       f.gpu->to_host(id1.data(), ids[1], id1.size() * 4);
@@ -335,8 +327,6 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
 // wait (the default), two and one (MoeQ8Kernels::predict_passes). The
 // plain step (x quantized by its own kernel) leaves x's q8 blocks in the
 // scratch that the predicted steps then read (x_ready), as the router's would;
-// with four passes, and with no prediction, gate/up is released by a router's
-// count (Q8Fuse::ready, set before the launch) and leaves it 0;
 // h's blocks are poisoned before each, so a slot that no block writes shows.
 TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
   REQUIRE_GPU();
@@ -391,12 +381,10 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       const std::vector<std::pair<const char*, std::vector<int32_t>>> preds = {
           {"the router's", ids}, {"reversed", perm}, {"none chosen", other}, {"mixed", mixed}};
       const int64_t nb = H / 32, nh = int64_t(k) * (I / 32);  // moe_q8_x's layout
-      auto* ready = reinterpret_cast<unsigned*>(f.zeros(2, keep));
-      for (const int npre : {4, 2, 1, 0})  // 0: none predicted, released by the count
+      for (const int npre : {4, 2, 1})
         for (const auto& [name, pred] : preds) {
-          if (npre == 0 && name != preds[0].first) continue;
           cuda::MoeQ8Kernels mk;
-          mk.predict_passes = npre ? npre : 4;
+          mk.predict_passes = npre;
           cuda::set_moe_q8_kernels(mk);
           // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
           auto* sc = static_cast<uint8_t*>(scratch);
@@ -404,14 +392,7 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
           ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
           cuda::Q8Fuse q;
           q.x_ready = true;
-          q.predicted = npre ? up_ids(pred) : nullptr;
-          // 4 passes and none: released by a count that a router would have left
-          const bool flag = npre >= 4 || npre == 0;
-          const unsigned counted[2] = {5, 0};
-          if (flag) {
-            f.gpu->to_device(ready, counted, sizeof counted);
-            q.ready = ready, q.ready_n = 5;
-          }
+          q.predicted = up_ids(pred);
           float* out = f.zeros(size_t(H), keep);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
@@ -419,10 +400,6 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
                     1)
               << what << ", " << name;
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
-          unsigned left[2] = {7, 7};
-          f.gpu->to_host(left, ready, sizeof left);
-          EXPECT_EQ(left[0], 0u) << what << ", " << name << ": the count reset";
-          EXPECT_EQ(left[1], 0u) << what << ", " << name << ": the readers' count reset";
           const std::vector<float> got = f.down(out, size_t(H));
           EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
               << what << ", predicted " << name << ", " << npre

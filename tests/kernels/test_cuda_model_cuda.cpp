@@ -328,10 +328,7 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
 // logits ride along with q/k/v, the o projection's block 0 takes their top k,
 // the router counts what it chose and gate/up starts on them before its wait
 // (q8; CudaFused.GateUpOnPredictedExpertsGivesThePlainBits covers every kind
-// of miss). Nor does gate/up's release by the router's count
-// (MOETIER_CUDA_GATE_RELEASE=flag, the default; the plain engine waits for the
-// router grid's completion), with or without the prediction. moetier-tiny,
-// both activation modes, graphs and plain steps.
+// of miss). moetier-tiny, both activation modes, graphs and plain steps.
 TEST(CudaModel, PredictedExpertsChangeNothing) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
   const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
@@ -341,26 +338,14 @@ TEST(CudaModel, PredictedExpertsChangeNothing) {
     std::unique_ptr<Engine> plain;
     {
       EnvVar off("MOETIER_CUDA_PREDICT", "off");
-      EnvVar grid("MOETIER_CUDA_GATE_RELEASE", "grid");
       plain = engine(dir, "cuda");
     }
     EXPECT_FALSE(plain->backend().expert_predictions().has_value()) << mode;
-    for (const char* mb : {"early", "off"}) {
+    for (const char* mb : {"early"}) {
       EnvVar on("MOETIER_CUDA_PREDICT", mb);
       auto predicted = engine(dir, "cuda");
-      const bool early = mb[0] == 'e';
       const auto c0 = predicted->backend().expert_predictions();
-      ASSERT_EQ(c0.has_value(), early) << mode;
-      if (!early) {
-        for (const char* graphs : {"1", "0"}) {  // the count's release alone
-          EnvVar g("MOETIER_GRAPHS", graphs);
-          const auto ids = tok.encode("It is a truth universally acknowledged, that a single man");
-          std::vector<std::vector<float>> la, lb;
-          EXPECT_EQ(greedy_steps(*predicted, ids, 24, la), greedy_steps(*plain, ids, 24, lb));
-          EXPECT_EQ(la, lb) << mode << ", MOETIER_GRAPHS=" << graphs << ", flag release";
-        }
-        continue;
-      }
+      ASSERT_TRUE(c0.has_value()) << mode;
       EXPECT_EQ(c0->issued, 0u);
       int steps = 0;
       for (const char* graphs : {"1", "0"}) {

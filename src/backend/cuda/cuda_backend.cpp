@@ -145,10 +145,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  // MOETIER_CUDA_GATE_RELEASE=grid: gate/up waits for the router grid's
-  // completion instead of its count of written blocks (A/B; decode_q8.cu).
-  if (auto v = choice("MOETIER_CUDA_GATE_RELEASE", {"flag", "grid"}); !v.empty())
-    gate_flag_ = v == "flag";
   predict_on_ = read_predict_env();
   // MOETIER_CUDA_CARVEOUT=P: every kernel asks for P% of the largest
   // shared-memory carveout (launch.cuh apply_carveout); unset: no preference.

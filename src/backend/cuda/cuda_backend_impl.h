@@ -190,9 +190,6 @@ class CudaBackend final : public Backend {
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool moe_stream_ = false;     // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
   bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
-  // MOETIER_CUDA_GATE_RELEASE=flag (default: gate/up starts on the router's
-  // count, Q8Fuse::ready) | grid (on the router grid's completion)
-  bool gate_flag_ = true;
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
   // ops cost inside the graph. Tokens are meaningless then.
@@ -302,7 +299,6 @@ class CudaBackend final : public Backend {
     unsigned stage_done;      // router_topk of a staging prediction
     unsigned attn_done[256];  // decode attention, per kv head
     unsigned moe_stream[2];   // moe_stream_q8: finished tiles, finished blocks
-    unsigned gate_ready[2];   // RouterQ8::ready / Q8Fuse::ready: the router's count, its readers
     cuda::ArgmaxScratch argmax;
   };
   DeviceBuffer sync_;  // [1] Sync

@@ -360,9 +360,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
       rq.predicted = predict_slots().ids;
       rq.counts = predict_slots().counts;
     }
-    // gate/up starts on the router's count (nothing launched between them, and
-    // the separate gate/up kernel, not the one-launch step, takes it)
-    if (gate_flag_ && !xc && !moe_stream_) rq.ready = sync()->gate_ready;
   }
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
@@ -375,7 +372,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   if (skipped(kSkipExperts, 1)) return;
   cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
   qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
-  qf.ready = rq.ready, qf.ready_n = cuda::router_ready_count(router.rows);
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)

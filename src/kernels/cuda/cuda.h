@@ -116,14 +116,7 @@ struct RouterQ8 {
   int64_t prefetch_bytes = 0;
   const int32_t* predicted = nullptr;    // [k]
   unsigned long long* counts = nullptr;  // [2]
-  // With xq: a device counter, 0 before the launch, to which each block adds 1
-  // (release) once its share of xq / xd, and in the last block ids and
-  // weights, are written (router_ready_count: the launch's blocks); gate/up
-  // waits on it and resets it (Q8Fuse::ready). Null: none.
-  unsigned* ready = nullptr;
 };
-// The blocks of router_topk's launch for e experts: what RouterQ8::ready reaches.
-unsigned router_ready_count(int64_t e);
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
                  const float* norm = nullptr, float eps = 0.0f, float* x_copy = nullptr,
@@ -312,13 +305,6 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
-  // with x_ready: RouterQ8::ready (two words, 0) of the router launched right
-  // before, which reaches ready_n (router_ready_count): gate/up starts on it
-  // instead of the router's completion (decode_q8.cu) and leaves both 0. Its
-  // caller passes it exactly when the router was given it: a launch that
-  // does not take it (moe_decode_q8 returning 0) zeroes it.
-  unsigned* ready = nullptr;
-  unsigned ready_n = 0;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

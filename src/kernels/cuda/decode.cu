@@ -164,10 +164,7 @@ __device__ __forceinline__ void router_quantize(const float* x, const float* nw,
 // block's count (warp 1, beside the last block's top-k in warp 0; a block of
 // one warp after its top-k), so the count, and with it the top-k, does not
 // wait for the quantization (before the count: 0.7-0.9% slower decode on one
-// H100, bench/results/h100-stop40-switches-ab.json). q8.ready: each block adds
-// 1 (release) once its q8 blocks, and in the last block the top-k's ids and
-// weights, are written, so the count reaches gridDim.x when all gate/up reads
-// of the router are (the gate/up release, decode_q8.cu).
+// H100, bench/results/h100-stop40-switches-ab.json).
 template <int ENC, int V, bool NORM, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
@@ -189,13 +186,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   trace_mark(ts, 2);
   const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
   if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
-  if (!last) {
-    if (q8.ready && int(threadIdx.x / 32) == qw) {  // this block's q8 blocks written
-      __syncwarp();
-      if ((threadIdx.x & 31) == 0) counter_release_add(q8.ready, 1);
-    }
-    return;
-  }
+  if (!last) return;
   if (threadIdx.x < 32) {
     int32_t pid = -1;  // in flight during the top-k
     if (q8.predicted && threadIdx.x < k) pid = __ldcg(q8.predicted + threadIdx.x);
@@ -205,10 +196,6 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (threadIdx.x == 0) *done = 0;
   trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
   if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
-  if (q8.ready) {  // the top-k's ids and weights and this block's q8 blocks written
-    __syncthreads();
-    if (threadIdx.x == 0) counter_release_add(q8.ready, 1);
-  }
 }
 
 // Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).
@@ -563,8 +550,6 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
 void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
 void set_gemv_block_rows(int rows) { g_block_rows = rows; }
 void set_router_rows(int rows) { g_router_rows = rows == 1 || rows == 4 ? rows : 2; }
-
-unsigned router_ready_count(int64_t e) { return unsigned((e + g_router_rows - 1) / g_router_rows); }
 
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s,
            const ExpertPredict& pf) {

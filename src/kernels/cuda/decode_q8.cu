@@ -181,26 +181,12 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // after its global read returns. x's codes of chunk i are read into registers
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
-// FLAG (Q8Fuse::ready, x_ready only): released by the router's count instead
-// of its grid's completion. ready [2]: the router's count, which reaches
-// ready_n once every read of the router below is written (RouterQ8::ready),
-// and the blocks that saw it. Thread 0 waits for the count (acquire), then
-// adds to the second once it has read the count, and the block that adds last
-// resets both to 0 at its end, so they are 0 again before the kernel
-// completes and no block can still be waiting. The kernel calls grid_wait
-// only before it exits (the chain stays transitive: it completes after the
-// router). x's q8 blocks are read with coherent loads (ld.ca: written while
-// this grid runs, so not through the non-coherent path; the acquire leaves no
-// stale L1 line). Down, launched once every block here has seen the count,
-// reads ids and weights before its wait: they were in L2 before the count's
-// release, and its reads go to L2 (ld.global.cg).
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-template <int NW, bool FLAG>
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre, unsigned* ready,
-                          unsigned ready_n) {
+                          float* hd, int early, const int32_t* pred, int npre) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -246,12 +232,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
-  // xq comes from the router (the kernel before); marks: dots, end
-  const unsigned ts = FLAG ? counter_wait<2>(ready, ready_n) : grid_wait<2>();
-  // FLAG, thread 0: the blocks that saw the count before this one (relaxed: a
-  // fence here would wait for this thread's copies in flight; the add is
-  // issued only once the count was read, and its value is used at the end)
-  const unsigned seen = FLAG && threadIdx.x == 0 ? atomicAdd(ready + 1, 1u) : 0u;
+  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
@@ -274,11 +255,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     if (more) scales(i + 32);
     int4 xr[2];  // x's codes of chunk i
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const auto* p = reinterpret_cast<const int4*>(xq + i) + j;
-      xr[j] = FLAG ? __ldca(p) : __ldg(p);
-    }
-    const float d = FLAG ? __ldca(xd + i) : __ldg(xd + i);
+    for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
+    const float d = __ldg(xd + i);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
@@ -303,11 +281,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     if (lane == 0) hd[b] = d * __ldcg(weights + sl);
   }
   trace_mark(ts, 2);
-  if constexpr (FLAG) {
-    if (threadIdx.x == 0 && seen == gridDim.x * gridDim.y - 1)
-      __threadfence(), ready[0] = 0, ready[1] = 0;  // every block has read the count
-    griddep_wait();  // (untraced) the router has completed before this grid does
-  }
 }
 
 // out[row] = sum over the k experts in ascending id order of (down_e h[e])[row],
@@ -527,12 +500,6 @@ __global__ void __launch_bounds__(kSplitThreads)
   trace_mark(ts, 2);
 }
 
-template <typename K>
-bool gate_smem_ok(K kernel) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(kGateSmem)) == cudaSuccess;
-}
-
 }  // namespace
 
 // x and h as q8 blocks, then their scales.
@@ -562,28 +529,21 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   Q8x* hq = xq + nb;
   float* xd = xs.xd;
   float* hd = xd + nb;
-  const bool wide = g_kernels.gate_warps == 16, flag = fuse.x_ready && fuse.ready;
-  using Gate =
-      void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*, int64_t,
-               int64_t, Q8x*, float*, int, const int32_t*, int, unsigned*, unsigned);
-  static constexpr Gate kGate[2][2] = {
-      {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
-      {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
-  const Gate gate = kGate[wide ? 1 : 0][flag ? 1 : 0];
-  static const bool smem_ok[2][2] = {// more than the default 48 KB of dynamic shared memory
-                                     {gate_smem_ok(kGate[0][0]), gate_smem_ok(kGate[0][1])},
-                                     {gate_smem_ok(kGate[1][0]), gate_smem_ok(kGate[1][1])}};
-  if (!smem_ok[wide ? 1 : 0][flag ? 1 : 0]) {
-    // the router's count was for this launch: left 0 for the next router
-    if (flag) (void)cudaMemsetAsync(fuse.ready, 0, 2 * sizeof(unsigned), s);
-    return 0;
-  }
+  const bool wide = g_kernels.gate_warps == 16;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
+      // more than the default 48 KB of dynamic shared memory
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
            s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
   // x_ready: gate/up follows the router itself (its ids are read after the wait)
-  if (g_kernels.stream && fuse.stream && !flag &&
+  if (g_kernels.stream && fuse.stream &&
       moe_stream_q8(table, ids, weights, k, xq, xd, hidden, inter, hq, hd, out, fuse.accumulate,
                     fuse.stream, s))
     return 2;
@@ -591,7 +551,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes, flag ? fuse.ready : nullptr, flag ? fuse.ready_n : 0u);
+         g_kernels.predict_passes);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

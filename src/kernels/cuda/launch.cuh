@@ -88,26 +88,19 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-__device__ __forceinline__ void griddep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// wait() (every thread of the block), recorded as a TraceRow in the trace
-// build: reserves M more rows for trace_mark(slot, 1..M) and returns the slot
-// (thread 0, while recording; else 0).
-template <int M, typename W>
-__device__ __forceinline__ unsigned traced_wait(W wait) {
+// grid_wait<M>() also reserves M more rows for trace_mark(slot, 1..M) and
+// returns the slot (thread 0, while recording; else 0).
+template <int M = 0>
+__device__ __forceinline__ unsigned grid_wait() {
   unsigned slot = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOETIER_CUDA_TRACE_BUILD)
-  wait();
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool tr = c_trace.rows != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0;
   unsigned long long t0 = 0, at = 0;
   // The count is the trace's own: written before the wait, read by nothing of the step.
   if (tr) t0 = global_ns(), at = atomicAdd(c_trace.n, 1ull + M);
-  wait();
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   if (tr && at < c_trace.cap && c_trace.cap - at > M) {
     slot = unsigned(at);
     unsigned long long g;
@@ -121,63 +114,11 @@ __device__ __forceinline__ unsigned traced_wait(W wait) {
                                   gridDim.x * gridDim.y * gridDim.z,
                                   sm,
                                   0};
+  } else {
+    slot = 0;
   }
-#else
-  wait();
 #endif
   return slot;
-}
-
-// grid_wait<M>() also reserves M more rows for trace_mark(slot, 1..M) and
-// returns the slot (thread 0, while recording; else 0).
-template <int M = 0>
-__device__ __forceinline__ unsigned grid_wait() {
-  return traced_wait<M>([] { griddep_wait(); });
-}
-
-// Released counters (the gate/up release, decode_q8.cu): a producer block's
-// writes, ordered before one thread's release add by a barrier (__syncthreads
-// or __syncwarp for one warp's writes), are visible to every thread of a
-// consumer block after counter_wait returns (thread 0's acquire load, then a
-// barrier: CUTLASS's semaphore pattern). The wait polls with relaxed loads and
-// acquires once it has seen n (an acquire may invalidate the SM's L1: once,
-// not at every poll).
-__device__ __forceinline__ void counter_release_add(unsigned* c, unsigned v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(v) : "memory");
-#elif defined(__CUDA_ARCH__)
-  __threadfence();
-  atomicAdd(c, v);
-#endif
-}
-template <bool ACQUIRE>
-__device__ __forceinline__ unsigned counter_load(const unsigned* c) {
-  unsigned v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  if constexpr (ACQUIRE)
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
-  else
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
-#elif defined(__CUDA_ARCH__)
-  v = *static_cast<const volatile unsigned*>(c);
-  if (ACQUIRE) __threadfence();
-#endif
-  return v;
-}
-// Every thread of the block returns once *c >= n (recorded as grid_wait<M>).
-template <int M = 0>
-__device__ __forceinline__ unsigned counter_wait(const unsigned* c, unsigned n) {
-  return traced_wait<M>([c, n] {
-    if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
-      while (counter_load<false>(c) < n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-        __nanosleep(32);
-#endif
-      }
-      (void)counter_load<true>(c);
-    }
-    __syncthreads();
-  });
 }
 
 // Records the time this block's thread 0 reaches mark id (1..M of the
