@@ -68,12 +68,17 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
 }
 __global__ void fill_kernel(float* x, int64_t n) { GRID_STRIDE(i, n) x[i] = 0.0f; }
 
+// A PDL launch (launch.cuh): the ids may come from the kernel before (a decode
+// graph's step slot, advanced by the previous step's argmax), and the kernel
+// after (the first layer's q/k/v) streams its weights while this one runs.
 template <int ENC>
 __global__ void embed_kernel(const uint8_t* w, const uint8_t* sc, int64_t cols, const int32_t* ids,
                              int64_t n, float* out) {
   __shared__ float lut[16];
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
+  grid_wait();
+  grid_launch_dependents();
   GRID_STRIDE(i, n * cols) out[i] = weight_at<ENC>(w, sc, ids[i / cols], i % cols, cols, lut);
 }
 
@@ -243,13 +248,13 @@ void embed(const MatView& t, const int32_t* ids, int64_t n, float* out, cudaStre
   const unsigned g = grid_for(n * t.cols, 256);
   switch (t.enc) {
     case WeightEncoding::F32:
-      return embed_kernel<kF32><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+      return launch(embed_kernel<kF32>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
     case WeightEncoding::BF16:
-      return embed_kernel<kBF16><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+      return launch(embed_kernel<kBF16>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
     case WeightEncoding::MXFP4:
-      return embed_kernel<kMXFP4><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+      return launch(embed_kernel<kMXFP4>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
     case WeightEncoding::CB3:
-      return embed_kernel<kCB3><<<g, 256, 0, s>>>(w, t.scales, t.cols, ids, n, out);
+      return launch(embed_kernel<kCB3>, g, 256, 0, s, w, t.scales, t.cols, ids, n, out);
   }
 }
 
