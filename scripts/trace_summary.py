@@ -18,6 +18,7 @@ prints per position the medians over the last steps of:
 Usage: trace_summary.py FILE [STEPS]   (STEPS: the last steps to use, 64)
 """
 import csv
+import signal
 import statistics
 import sys
 
@@ -88,4 +89,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head: end quietly
     main()
