@@ -194,7 +194,7 @@ int CudaBackend::register_experts(std::span<const ExpertView> views) {
     t.all_device = t.all_device && host[e] == 0;
   }
   if (predict_.bytes() == 0) {  // (hint_experts: sized before any recording)
-    predict_ = alloc(PredictSlots::bytes());
+    predict_ = alloc(PredictSlots::kBytes);
     cuda_check(cudaMemset(predict_.data(), 0, predict_.bytes()), "prediction counters");
   }
   t.host = alloc(host.size());

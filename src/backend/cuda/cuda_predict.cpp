@@ -79,17 +79,10 @@ bool CudaBackend::predict_qkv(std::span<const MatView> ws, const float* x, const
   return true;
 }
 
-size_t CudaBackend::PredictSlots::bytes() {
-  return cuda::ExpertPredict::kMaxExperts * sizeof(float) +
-         cuda::ExpertPredict::kMaxK * sizeof(int32_t) + 2 * sizeof(unsigned long long);
-}
-
 CudaBackend::PredictSlots CudaBackend::predict_slots() const {
   uint8_t* p = predict_.as<uint8_t>();
-  constexpr size_t ids = cuda::ExpertPredict::kMaxExperts * sizeof(float);
-  constexpr size_t counts = ids + cuda::ExpertPredict::kMaxK * sizeof(int32_t);
-  return {reinterpret_cast<float*>(p), reinterpret_cast<int32_t*>(p + ids),
-          reinterpret_cast<unsigned long long*>(p + counts)};
+  return {reinterpret_cast<float*>(p), reinterpret_cast<int32_t*>(p + PredictSlots::kIds),
+          reinterpret_cast<unsigned long long*>(p + PredictSlots::kCounts)};
 }
 
 cuda::ExpertPredict CudaBackend::take_predict() {

@@ -68,9 +68,10 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
 }
 __global__ void fill_kernel(float* x, int64_t n) { GRID_STRIDE(i, n) x[i] = 0.0f; }
 
-// A PDL launch (launch.cuh): the ids may come from the kernel before (a decode
-// graph's step slot, advanced by the previous step's argmax), and the kernel
-// after (the first layer's q/k/v) streams its weights while this one runs.
+// A PDL launch (launch.cuh): nothing is read or written before grid_wait (the
+// ids may be an earlier kernel's output: a decode graph's step slot, which the
+// previous replay's argmax advanced), and the trigger right after it lets the
+// kernel after (the first layer's q/k/v) stream its weights while this runs.
 template <int ENC>
 __global__ void embed_kernel(const uint8_t* w, const uint8_t* sc, int64_t cols, const int32_t* ids,
                              int64_t n, float* out) {
