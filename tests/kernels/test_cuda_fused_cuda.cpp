@@ -154,19 +154,18 @@ TEST(CudaFused, MatmulAddMatchesCpu) {
 // x within 1e-5 of the CPU's (its added part within 1e-4), two calls back to
 // back with x written by a kernel right before each; both activation modes
 // (q8: the fused kernels; f32: the default composition of CUDA ops), and with
-// the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by gate/up's blocks,
-// the default, by the router, MOETIER_CUDA_GATE_X=router, or by a kernel of
-// its own, MOETIER_CUDA_ROUTER_Q8=0) and off (0: the default composition).
+// the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by the router,
+// MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0) and off (0: the
+// default composition).
 TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   REQUIRE_GPU();
   struct Case {
     int64_t experts, k, H, I;
   };
-  for (const char* fuse : {"1", "1g", "1r", "0"})
+  for (const char* fuse : {"1", "1r", "0"})
     for (const char* mode : {"q8", "f32"}) {
       EnvVar env("MOETIER_CUDA_FUSE", fuse[0] == '1' ? "1" : "0");
       EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", fuse[1] == 'r' ? "0" : "1");
-      EnvVar gx("MOETIER_CUDA_GATE_X", fuse[1] == 'g' ? "router" : "self");
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);
@@ -329,9 +328,6 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
 // plain step (x quantized by its own kernel) leaves x's q8 blocks in the
 // scratch that the predicted steps then read (x_ready), as the router's would;
 // h's blocks are poisoned before each, so a slot that no block writes shows.
-// With x_self gate/up's blocks quantize x themselves (x's blocks in the
-// scratch poisoned) and compute the predicted rows before their wait, with
-// no prediction too; with and without the norm.
 TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
   REQUIRE_GPU();
 #if MOETIER_HAVE_CUDA
@@ -372,63 +368,44 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       const float* dx = f.up(x, keep);
       keep.push_back(f.gpu->alloc(cuda::moe_q8_scratch_bytes(k, H, I)));
       void* scratch = keep.back().data();
-      const float* dnw = f.up(randn(size_t(H), rng), keep);
+      float* out0 = f.zeros(size_t(H), keep);
+      // The steps run on the legacy stream, the uploads, zeros and reads on the
+      // backend's: the device is synchronized around each step.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                    scratch, out0, false, nullptr),
+                1)
+          << what;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      const std::vector<float> want = f.down(out0, size_t(H));
       const std::vector<std::pair<const char*, std::vector<int32_t>>> preds = {
-          {"the router's", ids},
-          {"reversed", perm},
-          {"none chosen", other},
-          {"mixed", mixed},
-          {"none", {}}};
+          {"the router's", ids}, {"reversed", perm}, {"none chosen", other}, {"mixed", mixed}};
       const int64_t nb = H / 32, nh = int64_t(k) * (I / 32);  // moe_q8_x's layout
-      for (const bool norm : {false, true}) {
-        cuda::Q8Fuse plain;
-        plain.norm = norm ? dnw : nullptr, plain.eps = 1e-6f;
-        float* out0 = f.zeros(size_t(H), keep);
-        // The steps run on the legacy stream, the uploads, zeros and reads on the
-        // backend's: the device is synchronized around each step.
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
-                                      scratch, out0, false, nullptr, plain),
-                  1)
-            << what;
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-        const std::vector<float> want = f.down(out0, size_t(H));
-        for (const bool self : {false, true})
-          for (const int npre : {4, 2, 1})
-            for (const auto& [name, pred] : preds) {
-              if ((self && npre != 4) || (!self && pred.empty())) continue;
-              cuda::MoeQ8Kernels mk;
-              mk.predict_passes = npre;
-              cuda::set_moe_q8_kernels(mk);
-              // h's q8 blocks and scales poisoned (NaN): a slot no block writes
-              // shows; with self, x's too (the blocks must not read them)
-              auto* sc = static_cast<uint8_t*>(scratch);
-              if (self) {
-                ASSERT_EQ(cudaMemset(sc, 0xff, size_t(32 * nb)), cudaSuccess);
-                ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh), 0xff, size_t(4 * nb)), cudaSuccess);
-              }
-              ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
-              ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)),
-                        cudaSuccess);
-              cuda::Q8Fuse q = plain;
-              q.x_ready = true;
-              q.x_self = self;
-              q.predicted = pred.empty() ? nullptr : up_ids(pred);
-              float* out = f.zeros(size_t(H), keep);
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-              ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H,
-                                            I, scratch, out, false, nullptr, q),
-                        1)
-                  << what << ", " << name;
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
-              const std::vector<float> got = f.down(out, size_t(H));
-              EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-                  << what << (norm ? ", norm" : "") << (self ? ", x quantized by gate/up" : "")
-                  << ", predicted " << name << ", " << npre
-                  << " passes early: max |diff| / max |ref| " << rel_err(got, want);
-              cuda::set_moe_q8_kernels({});
-            }
-      }
+      for (const int npre : {4, 2, 1})
+        for (const auto& [name, pred] : preds) {
+          cuda::MoeQ8Kernels mk;
+          mk.predict_passes = npre;
+          cuda::set_moe_q8_kernels(mk);
+          // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
+          auto* sc = static_cast<uint8_t*>(scratch);
+          ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
+          ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
+          cuda::Q8Fuse q;
+          q.x_ready = true;
+          q.predicted = up_ids(pred);
+          float* out = f.zeros(size_t(H), keep);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                        scratch, out, false, nullptr, q),
+                    1)
+              << what << ", " << name;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
+          const std::vector<float> got = f.down(out, size_t(H));
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+              << what << ", predicted " << name << ", " << npre
+              << " passes early: max |diff| / max |ref| " << rel_err(got, want);
+          cuda::set_moe_q8_kernels({});
+        }
     }
   }
 #endif

@@ -145,11 +145,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  // MOETIER_CUDA_GATE_X=router: the router quantizes x for gate/up (as before
-  // stop 46) instead of gate/up's blocks each quantizing it before their wait
-  // (self, the default; Q8Fuse::x_self), for A/B.
-  if (auto v = choice("MOETIER_CUDA_GATE_X", {"self", "router"}); !v.empty())
-    gate_x_self_ = v == "self";
   predict_on_ = read_predict_env();
   // MOETIER_CUDA_CARVEOUT=P: every kernel asks for P% of the largest
   // shared-memory carveout (launch.cuh apply_carveout); unset: no preference.
@@ -181,10 +176,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_ROWS=1 | 2 (default) | 4: rows per block of the fused
   // router (A/B; 2 gave the DeepSeek-shaped model 0.6% over 1 and 4, Qwen3 shapes no change).
   const std::string rr = choice("MOETIER_CUDA_ROUTER_ROWS", {"1", "2", "4"});
-  cuda::set_router_rows(rr.empty() ? 0 : std::stoi(rr));  // 0: the default
-  // MOETIER_CUDA_ARGMAX_VALUES=16 (default) | 4 | 1: values per argmax thread (A/B)
-  const std::string av = choice("MOETIER_CUDA_ARGMAX_VALUES", {"16", "4", "1"});
-  cuda::set_argmax_values(av.empty() ? 16 : std::stoi(av));
+  cuda::set_router_rows(rr.empty() ? 0 : std::stoi(rr));        // 0: the default
   if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
     const std::string v = qr;
     check(v == "1" || v == "2" || v == "4" || v == "8",

@@ -350,17 +350,12 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   float* xc = stage ? static_cast<float*>(stage_x_.get(*this, size_t(hidden) * 4)) : nullptr;
   // The router quantizes x for the q8 kernels (RouterQ8) unless MOETIER_CUDA_ROUTER_Q8=0
   // (or a profiling skip leaves the router or the experts out).
-  // With MOETIER_CUDA_GATE_X=self (the default) gate/up quantizes x itself
-  // instead (Q8Fuse::x_self), so the router leaves it alone.
   cuda::RouterQ8 rq;
-  const bool ready = router_q8_ && !skipped(kSkipExperts | kSkipRouter, 1);
-  const bool self = ready && gate_x_self_ && hidden <= cuda::kGateSelfMaxHidden;
-  if (ready) {
+  if (router_q8_ && !skipped(kSkipExperts | kSkipRouter, 1)) {
     const cuda::Q8XSlots xs =
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
                        hidden, intermediate);
-    rq = {self ? nullptr : xs.xq, self ? nullptr : xs.xd, p,
-          int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
+    rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
     if (predicted == table) {  // this layer's o_proj predicted (cuda_predict.cpp)
       rq.predicted = predict_slots().ids;
       rq.counts = predict_slots().counts;
@@ -375,9 +370,8 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
-  cuda::Q8Fuse qf{f.norm, f.eps, true, ready};
-  qf.predicted = rq.predicted;  // (set only where ready) gate/up starts on them
-  qf.x_self = self;
+  cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
+  qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)

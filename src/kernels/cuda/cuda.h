@@ -273,9 +273,6 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
-// Values per argmax thread at the least: 16 (the default), 4 or 1 (A/B; more
-// blocks, fewer loads a thread); anything else gives the default.
-void set_argmax_values(int per_thread);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);
@@ -308,14 +305,7 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
-  // with x_ready: the router did not quantize x; gate/up's blocks each
-  // quantize x (rmsnorm with norm, eps) into their shared memory before their
-  // wait (x two launches back), with the quantize kernel's bits, and with
-  // predicted compute the predicted expert's rows before it too (up to
-  // kGateSelfMaxHidden; never the one-launch stream kernel)
-  bool x_self = false;
 };
-constexpr int64_t kGateSelfMaxHidden = 32768;
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {
   void* xq;

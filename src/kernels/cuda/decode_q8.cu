@@ -99,35 +99,6 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
     cp_async_wait<0>();
 }
 
-// Thread t's share of x's sum of squares (x [8 nb] as float4s t, t +
-// kQuantThreads, ...; 0 for t >= kQuantThreads), in double: with block_sumsq
-// the quantize kernel's sum, whatever the block's size (the other threads add
-// zeros after its warps).
-__device__ __forceinline__ double x_sumsq_share(const float* x, int64_t nb) {
-  double ss = 0.0;
-  if (threadIdx.x < kQuantThreads)
-    for (int64_t i = threadIdx.x; i < 8 * nb; i += kQuantThreads) {
-      const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + i);
-      ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
-    }
-  return ss;
-}
-
-// x's 32-column block b (v [32], read through L2) and, with nw, nw * (x * r)
-// in its place.
-__device__ __forceinline__ void x_block(const float* x, int64_t b, float (&v)[32]) {
-  const float4* p = reinterpret_cast<const float4*>(x) + 8 * b;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float4 a = __ldcg(p + j);
-    v[4 * j] = a.x, v[4 * j + 1] = a.y, v[4 * j + 2] = a.z, v[4 * j + 3] = a.w;
-  }
-}
-__device__ __forceinline__ void norm_block(const float* nw, int64_t b, float r, float (&v)[32]) {
-#pragma unroll
-  for (int j = 0; j < 32; ++j) v[j] = __ldg(nw + 32 * b + j) * (v[j] * r);
-}
-
 // Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb]. nw: x is first replaced by
 // rmsnorm(x, nw, eps) = nw * (x * r), r computed as the norm kernels compute
 // it (a double sum of squares; every block sums all of x).
@@ -138,11 +109,24 @@ __global__ void __launch_bounds__(kQuantThreads)
   const int64_t b = int64_t(blockIdx.x) * kQuantThreads + threadIdx.x;
   auto work = [&] {
     float v[32];
-    if (b < nb) x_block(x, b, v);
+    if (b < nb) {
+      const float4* p = reinterpret_cast<const float4*>(x) + 8 * b;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float4 a = __ldcg(p + j);
+        v[4 * j] = a.x, v[4 * j + 1] = a.y, v[4 * j + 2] = a.z, v[4 * j + 3] = a.w;
+      }
+    }
     if (nw) {  // every thread of the block reaches the reduction
-      const float r =
-          1.0f / sqrtf(float(block_sumsq(x_sumsq_share(x, nb), part) / double(32 * nb)) + eps);
-      if (b < nb) norm_block(nw, b, r, v);
+      double ss = 0.0;
+      for (int64_t i = threadIdx.x; i < 8 * nb; i += kQuantThreads) {
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + i);
+        ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
+      }
+      const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(32 * nb)) + eps);
+      if (b < nb)
+#pragma unroll
+        for (int j = 0; j < 32; ++j) v[j] = __ldg(nw + 32 * b + j) * (v[j] * r);
     }
     if (b < nb) xd[b] = quantize32(v, xq + b);
   };
@@ -150,26 +134,6 @@ __global__ void __launch_bounds__(kQuantThreads)
   grid_wait();
   grid_launch_dependents();
   if (!early) work();
-}
-
-// x's q8 blocks as the quantize kernel computes them (the same bits), by one
-// block into its shared memory: codes [2][nb] (each block's two int4 halves
-// apart: a lane's reads of consecutive blocks hit no bank twice), scales [nb].
-// Ends with a block barrier.
-__device__ __forceinline__ void quantize_x_shared(const float* x, int64_t nb, const float* nw,
-                                                  float eps, int4* codes, float* scales) {
-  __shared__ double part[33];
-  float r = 1.0f;
-  if (nw) r = 1.0f / sqrtf(float(block_sumsq(x_sumsq_share(x, nb), part) / double(32 * nb)) + eps);
-  for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
-    float v[32];
-    x_block(x, b, v);
-    if (nw) norm_block(nw, b, r, v);
-    Q8x q;
-    scales[b] = quantize32(v, &q);
-    codes[b] = q.p0, codes[nb + b] = q.p1;
-  }
-  __syncthreads();
 }
 
 // The slot of the router's ids [k] whose expert the gate/up block of grid row
@@ -216,32 +180,20 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // asm's memory clobber keeps in program order; the copy writes the slot only
 // after its global read returns. x's codes of chunk i are read into registers
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
-// SELF (Q8Fuse::x_self): x's q8 blocks are not read from xq / xd but computed
-// by the block itself from x (f32) and nw before its wait, into shared memory
-// after the stage (quantize_x_shared: the quantize kernel's bits); x is then
-// two launches back (the router is in between). With pred, the block also
-// computes the whole of its predicted expert's rows before the wait, so
-// that only the router's check of the prediction, the routing weight and
-// h's write come after it (a mispredicted block computes again).
-// Dynamic shared memory: kGateSmem, + gate_self_smem(nb) with SELF.
+// Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-constexpr int64_t kGateSelfMaxBlocks = kGateSelfMaxHidden / 32;
-constexpr size_t gate_self_smem(int64_t nb) { return size_t(nb) * (2 * sizeof(int4) + 4); }
-template <int NW, bool SELF>
-__device__ __forceinline__ void gate_up_q8(const ExpertPtrs* table, const int32_t* ids,
-                                           const float* weights, const Q8x* xq, const float* xd,
-                                           int64_t hidden, int64_t inter, Q8x* hq, float* hd,
-                                           int early, const int32_t* pred, int npre, const float* x,
-                                           const float* nw, float eps) {
+template <int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
+    moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
+                          const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
+                          float* hd, int early, const int32_t* pred, int npre) {
   constexpr int R = 32 / NW, R2 = 2 * R;
-  extern __shared__ uint4 stage[];  // [4][NW][R][32], then with SELF x's codes [2][nb], scales [nb]
+  extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
-  auto* xcs = reinterpret_cast<int4*>(stage + 4 * NW * R * 32);  // SELF: [2][nb]
-  auto* xds = reinterpret_cast<float*>(xcs + 2 * nb);            // SELF: [nb]
-  const uint4 *gw = nullptr, *uw = nullptr;                      // this warp's first gate / up row
+  const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
   auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
@@ -275,93 +227,60 @@ __device__ __forceinline__ void gate_up_q8(const ExpertPtrs* table, const int32_
     passes(0, p1);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  // The rows of the expert prep() started, from its first four passes on:
-  // hs [32] = silu(gate x) * up x (ends with a block barrier).
-  auto compute = [&] {
-    float acc[R2];
-#pragma unroll
-    for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
-    int c = 0;
-#pragma unroll 1
-    for (int i = lane; i < nbi; i += 32, ++c) {
-      const bool more = i + 32 < nbi, refill = i + 64 < nbi;
-      if (more) scales(i + 32);
-      int4 xr[2];  // x's codes of chunk i
-      float d;
-      if constexpr (SELF) {
-        xr[0] = xcs[i], xr[1] = xcs[nb + i], d = xds[i];
-      } else {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
-        d = __ldg(xd + i);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
-        cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
-        const int b = 2 * (c & 1) + h;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          acc[h * R + r] +=
-              float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
-        if (refill) issue(i + 64, b, h);
-      }
-      sc[0] = sn[0], sc[1] = sn[1];
-    }
-    const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
-    const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
-    if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
-    __syncthreads();
-  };
   int32_t pe = -1;  // pred: the expert started before the wait (its first npre passes)
   if (early)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
-    pe = __ldcg(pred + slot), prep(pe, SELF ? 4 : npre);  // the predicted ids: two or more back
-  if constexpr (SELF) {
-    quantize_x_shared(x, nb, nw, eps, xcs, xds);  // x: two launches back
-    if (pred) compute();
-  }
-  const unsigned ts = grid_wait<2>();  // ids (xq) come from the kernel before; marks: dots, end
+    pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
+  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
-  bool done = false;
   if (!early && pred) {
     int32_t id;
     sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
     if (id != pe)
       cp_async_wait<0>(), prep(id, 4);  // mispredicted: the started copies dropped
-    else if (SELF)
-      done = true;  // (uniform: every warp maps the block alike)
     else
       passes(npre, 4);  // (the groups stay in pass order)
   } else if (!early) {
     prep(__ldcg(ids + slot), 4);
   }
-  if (!done) compute();
+  float acc[R2];
+#pragma unroll
+  for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
+  int c = 0;
+#pragma unroll 1
+  for (int i = lane; i < nbi; i += 32, ++c) {
+    const bool more = i + 32 < nbi, refill = i + 64 < nbi;
+    if (more) scales(i + 32);
+    int4 xr[2];  // x's codes of chunk i
+#pragma unroll
+    for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
+    const float d = __ldg(xd + i);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
+      cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
+      const int b = 2 * (c & 1) + h;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        acc[h * R + r] +=
+            float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
+      if (refill) issue(i + 64, b, h);
+    }
+    sc[0] = sn[0], sc[1] = sn[1];
+  }
   trace_mark(ts, 1);
+  const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
+  const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
+  if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
+  __syncthreads();
   if (warp == 0) {
     const int64_t b = int64_t(sl) * (inter / 32) + blockIdx.x;
     const float d = quantize_warp(hs[lane], hq + b);
     if (lane == 0) hd[b] = d * __ldcg(weights + sl);
   }
   trace_mark(ts, 2);
-}
-template <int NW>
-__global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
-    moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
-                          const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre) {
-  gate_up_q8<NW, false>(table, ids, weights, xq, xd, hidden, inter, hq, hd, early, pred, npre,
-                        nullptr, nullptr, 0.0f);
-}
-template <int NW>
-__global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
-    moe_gate_up_q8_self_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
-                               int64_t hidden, int64_t inter, Q8x* hq, float* hd,
-                               const int32_t* pred, const float* x, const float* nw, float eps) {
-  gate_up_q8<NW, true>(table, ids, weights, nullptr, nullptr, hidden, inter, hq, hd, 0, pred, 4, x,
-                       nw, eps);
 }
 
 // out[row] = sum over the k experts in ascending id order of (down_e h[e])[row],
@@ -610,41 +529,29 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   Q8x* hq = xq + nb;
   float* xd = xs.xd;
   float* hd = xd + nb;
-  const bool wide = g_kernels.gate_warps == 16, self = fuse.x_self && fuse.x_ready;
-  if (self && nb > kGateSelfMaxBlocks) return 0;
-  static const bool smem_ok[4] = {
+  const bool wide = g_kernels.gate_warps == 16;
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
       // more than the default 48 KB of dynamic shared memory
       cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(kGateSmem)) == cudaSuccess,
       cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess,
-      cudaFuncSetAttribute(moe_gate_up_q8_self_kernel<8>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem + gate_self_smem(kGateSelfMaxBlocks))) == cudaSuccess,
-      cudaFuncSetAttribute(moe_gate_up_q8_self_kernel<16>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem + gate_self_smem(kGateSelfMaxBlocks))) == cudaSuccess};
-  if (!smem_ok[(self ? 2 : 0) + (wide ? 1 : 0)]) return 0;
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
            s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
   // x_ready: gate/up follows the router itself (its ids are read after the wait)
-  if (g_kernels.stream && fuse.stream && !self &&
+  if (g_kernels.stream && fuse.stream &&
       moe_stream_q8(table, ids, weights, k, xq, xd, hidden, inter, hq, hd, out, fuse.accumulate,
                     fuse.stream, s))
     return 2;
   const dim3 grid(unsigned(inter / 32), unsigned(k));
-  const unsigned threads = unsigned(g_kernels.gate_warps * 32);
   const int acc = fuse.accumulate ? 1 : 0;
-  if (self)
-    launch(wide ? moe_gate_up_q8_self_kernel<16> : moe_gate_up_q8_self_kernel<8>, grid, threads,
-           kGateSmem + gate_self_smem(nb), s, table, ids, weights, hidden, inter, hq, hd,
-           fuse.predicted, x, fuse.norm, fuse.eps);
-  else
-    launch(wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>, grid, threads, kGateSmem, s,
-           table, ids, weights, xq, xd, hidden, inter, hq, hd, fuse.x_ready ? 0 : e,
-           fuse.x_ready ? fuse.predicted : nullptr, g_kernels.predict_passes);
+  launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
+         g_kernels.predict_passes);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

@@ -177,17 +177,9 @@ void apply_carveout(const void* kernel) {
 PlainLaunches::PlainLaunches() { ++t_pdl_off; }
 PlainLaunches::~PlainLaunches() { --t_pdl_off; }
 
-namespace {
-int g_arg_values = 16;  // set_argmax_values
-}  // namespace
-
-void set_argmax_values(int per_thread) {
-  g_arg_values = per_thread == 1 || per_thread == 4 ? per_thread : 16;
-}
-
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv) {
-  const int64_t per = int64_t(g_arg_values) * kArgThreads;  // values per block at the least
+  const int64_t per = 16 * kArgThreads;  // values per block at the least
   const int64_t blocks = (n + per - 1) / per;
   const unsigned g = unsigned(blocks < kArgBlocks ? (blocks > 0 ? blocks : 1) : kArgBlocks);
   launch(argmax_kernel, g, kArgThreads, 0, s, x, n, out, sc, adv ? *adv : StepAdvance{});
