@@ -254,6 +254,26 @@ TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
   ::unsetenv("MOETIER_DECODE_AHEAD");
   EXPECT_EQ(runs[0], std::vector<int32_t>(want.begin(), want.begin() + 20));
   EXPECT_EQ(runs[1], runs[0]);
+  // The graph's argmax without its system fence, and in one block or fewer
+  // (read when a backend is made)
+  for (const auto& [var, val] :
+       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_ARGMAX_FENCE", "0"},
+                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "32"},
+                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "64"}}) {
+    ::setenv(var, val, 1);
+    auto e = engine(dir, "cuda");
+    auto s2 = e->new_session(n0 + 31);
+    std::vector<int32_t> g2{argmax(s2->prefill(ids))};
+    EXPECT_EQ(s2->decode_greedy_run(g2.back(), 30,
+                                    [&](int32_t t) {
+                                      g2.push_back(t);
+                                      return true;
+                                    }),
+              30)
+        << var << "=" << val;
+    EXPECT_EQ(g2, want) << var << "=" << val;
+    ::unsetenv(var);
+  }
 }
 
 // A 2-expert arena with a host tier that holds every expert: the mapped host

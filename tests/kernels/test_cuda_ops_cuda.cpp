@@ -262,26 +262,31 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
 // The first maximum over one to several blocks, with the maximum repeated
 // (the lowest index wins), twice per size (the block counter is reset);
 // 8192: the DeepSeek-shaped vocabulary (16 values a thread); 600001: 128
-// blocks of more than 16 values a thread.
+// blocks of more than 16 values a thread; at 32 and 64 values a thread at the
+// least too (MOETIER_CUDA_ARGMAX_VALUES: 8192 in one block, which skips the
+// count).
 TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
   REQUIRE_GPU();
-  BackendPair f;
   std::mt19937 rng(29);
-  for (int64_t n : {1, 7, 1000, 4099, 8192, 151936, 300001, 600001})
-    for (int rep = 0; rep < 2; ++rep) {
-      auto x = randn(size_t(n), rng, 3.0f);
-      std::uniform_int_distribution<int64_t> at(0, n - 1);
-      const int64_t a = at(rng), b = at(rng);
-      x[size_t(a)] = x[size_t(b)] = 50.0f;
-      std::vector<DeviceBuffer> keep;
-      float* dx = f.up(x, keep);
-      keep.push_back(f.gpu->alloc(4));
-      auto* dout = keep.back().as<int32_t>();
-      f.gpu->argmax(dx, n, dout);
-      int32_t got = -1;
-      f.gpu->to_host(&got, dout, 4);
-      EXPECT_EQ(got, int32_t(std::min(a, b))) << n;
-    }
+  for (const char* per : {"32", "64", "16"}) {  // the last is the default (process-wide)
+    EnvVar env("MOETIER_CUDA_ARGMAX_VALUES", per);
+    BackendPair f;  // (its backend sets the count)
+    for (int64_t n : {1, 7, 1000, 4099, 8192, 151936, 300001, 600001})
+      for (int rep = 0; rep < 2; ++rep) {
+        auto x = randn(size_t(n), rng, 3.0f);
+        std::uniform_int_distribution<int64_t> at(0, n - 1);
+        const int64_t a = at(rng), b = at(rng);
+        x[size_t(a)] = x[size_t(b)] = 50.0f;
+        std::vector<DeviceBuffer> keep;
+        float* dx = f.up(x, keep);
+        keep.push_back(f.gpu->alloc(4));
+        auto* dout = keep.back().as<int32_t>();
+        f.gpu->argmax(dx, n, dout);
+        int32_t got = -1;
+        f.gpu->to_host(&got, dout, 4);
+        EXPECT_EQ(got, int32_t(std::min(a, b))) << n << ", " << per << " a thread";
+      }
+  }
 }
 
 TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
@@ -788,6 +793,8 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
                                                         {"MOETIER_CUDA_ROUTER_Q8", "2"},
+                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "4"},
+                                                        {"MOETIER_CUDA_ARGMAX_FENCE", "2"},
                                                         {"MOETIER_CUDA_MOE_STREAM", "on"},
                                                         {"MOETIER_CUDA_PREDICT", "on"},
                                                         {"MOETIER_CUDA_CARVEOUT", "101"},

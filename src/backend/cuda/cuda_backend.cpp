@@ -176,7 +176,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_ROWS=1 | 2 (default) | 4: rows per block of the fused
   // router (A/B; 2 gave the DeepSeek-shaped model 0.6% over 1 and 4, Qwen3 shapes no change).
   const std::string rr = choice("MOETIER_CUDA_ROUTER_ROWS", {"1", "2", "4"});
-  cuda::set_router_rows(rr.empty() ? 0 : std::stoi(rr));        // 0: the default
+  cuda::set_router_rows(rr.empty() ? 0 : std::stoi(rr));  // 0: the default
+  // MOETIER_CUDA_ARGMAX_VALUES=16 (default) | 32 | 64: values per argmax thread
+  // at the least; MOETIER_CUDA_ARGMAX_FENCE=1 (default) | 0: the decode graph's
+  // argmax fences its host write at system scope (A/B)
+  const std::string av = choice("MOETIER_CUDA_ARGMAX_VALUES", {"16", "32", "64"});
+  cuda::set_argmax_values(av.empty() ? 16 : std::stoi(av));
+  argmax_fence_ = choice("MOETIER_CUDA_ARGMAX_FENCE", {"0", "1"}) != "0";
   if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
     const std::string v = qr;
     check(v == "1" || v == "2" || v == "4" || v == "8",
@@ -564,7 +570,7 @@ void CudaBackend::argmax_advance(const float* x, int64_t n, int32_t* out) {
   if (!recording_) return Backend::argmax_advance(x, n, out);
   check(n > 0, "cuda argmax of no values");
   auto* a = step_dev_.as<StepArgs>();
-  const cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>()};
+  const cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>(), argmax_fence_};
   cuda::argmax(x, n, out, &sync()->argmax, stream_, &adv), after("argmax + advance step");
 }
 

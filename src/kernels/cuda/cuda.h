@@ -80,6 +80,9 @@ struct StepAdvance {
   int64_t* pos = nullptr;
   int32_t* token = nullptr;
   int32_t* ring = nullptr;
+  // __threadfence_system() after the ring's write (MOETIER_CUDA_ARGMAX_FENCE;
+  // the host reads the ring after the step's event, which orders it anyway)
+  bool fence = true;
 };
 // adv (or null): the last block also advances the step to *out (no advance_step launch).
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
@@ -273,6 +276,9 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
+// Values per argmax thread at the least: 16 (the default), 32 or 64 (A/B:
+// fewer blocks; one block skips the count); anything else gives 16.
+void set_argmax_values(int per_thread);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,
                 float* h, float* out, cudaStream_t s);

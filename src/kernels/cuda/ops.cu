@@ -113,33 +113,46 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
 }
 
 // Block b scans x [b * chunk, (b + 1) * chunk) (each thread a strided slice,
-// first maximum), writes its best to part; the last block to finish (counted
-// in *done, reset to 0 by it) reduces the partials in block order and, with
-// adv, advances the decode graph's step as advance_step_kernel does.
+// first maximum, 8 loads in flight), writes its best to part; the last block
+// to finish (counted in *done, reset to 0 by it) reduces the partials in block
+// order (a grid of one block skips the count) and, with adv, advances the
+// decode graph's step as advance_step_kernel does (with adv.fence, a
+// system-scope fence after the host slot's write).
 __global__ void __launch_bounds__(kArgThreads)
     argmax_kernel(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, StepAdvance adv) {
   grid_wait();
   grid_launch_dependents();
   __shared__ float sv[kArgThreads];
   __shared__ int32_t si[kArgThreads];
+  constexpr int U = 8;
   const int64_t chunk = (n + gridDim.x - 1) / gridDim.x, b0 = int64_t(blockIdx.x) * chunk;
-  const int64_t e = b0 + chunk < n ? b0 + chunk : n;
+  const int64_t e = b0 + chunk < n ? b0 + chunk : n, step = blockDim.x;
   float v = -INFINITY;
   int32_t best = INT32_MAX;
-  for (int64_t i = b0 + threadIdx.x; i < e; i += blockDim.x)
-    if (best == INT32_MAX || x[i] > v) v = x[i], best = int32_t(i);
+  for (int64_t i0 = b0 + threadIdx.x; i0 < e; i0 += U * step) {
+    float xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) xv[u] = i0 + u * step < e ? x[i0 + u * step] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * step < e && (best == INT32_MAX || xv[u] > v))
+        v = xv[u], best = int32_t(i0 + u * step);
+  }
   argmax_block(v, best, sv, si);
-  if (threadIdx.x == 0) sc->value[blockIdx.x] = sv[0], sc->index[blockIdx.x] = si[0];
-  if (!last_block_arrive(&sc->done, gridDim.x)) return;
-  const bool mine = threadIdx.x < gridDim.x;
-  argmax_block(mine ? __ldcg(&sc->value[threadIdx.x]) : -INFINITY,
-               mine ? __ldcg(&sc->index[threadIdx.x]) : INT32_MAX, sv, si);
+  if (gridDim.x > 1) {
+    if (threadIdx.x == 0) sc->value[blockIdx.x] = sv[0], sc->index[blockIdx.x] = si[0];
+    if (!last_block_arrive(&sc->done, gridDim.x)) return;
+    const bool mine = threadIdx.x < gridDim.x;
+    argmax_block(mine ? __ldcg(&sc->value[threadIdx.x]) : -INFINITY,
+                 mine ? __ldcg(&sc->index[threadIdx.x]) : INT32_MAX, sv, si);
+  }
   if (threadIdx.x == 0) {
-    *out = si[0], sc->done = 0;
+    *out = si[0];
+    if (gridDim.x > 1) sc->done = 0;
     if (adv.pos) {  // as advance_step_kernel, after every kernel of the step (grid_wait)
       const int64_t p = *adv.pos;
       *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & 1] = si[0];
-      __threadfence_system();
+      if (adv.fence) __threadfence_system();
     }
   }
 }
@@ -177,9 +190,17 @@ void apply_carveout(const void* kernel) {
 PlainLaunches::PlainLaunches() { ++t_pdl_off; }
 PlainLaunches::~PlainLaunches() { --t_pdl_off; }
 
+namespace {
+int g_arg_values = 16;  // set_argmax_values
+}  // namespace
+
+void set_argmax_values(int per_thread) {
+  g_arg_values = per_thread == 32 || per_thread == 64 ? per_thread : 16;
+}
+
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv) {
-  const int64_t per = 16 * kArgThreads;  // values per block at the least
+  const int64_t per = int64_t(g_arg_values) * kArgThreads;  // values per block at the least
   const int64_t blocks = (n + per - 1) / per;
   const unsigned g = unsigned(blocks < kArgBlocks ? (blocks > 0 ? blocks : 1) : kArgBlocks);
   launch(argmax_kernel, g, kArgThreads, 0, s, x, n, out, sc, adv ? *adv : StepAdvance{});
