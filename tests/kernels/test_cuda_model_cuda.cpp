@@ -254,11 +254,11 @@ TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
   ::unsetenv("MOETIER_DECODE_AHEAD");
   EXPECT_EQ(runs[0], std::vector<int32_t>(want.begin(), want.begin() + 20));
   EXPECT_EQ(runs[1], runs[0]);
-  // The graph's argmax without its system fence, and in one block or fewer
-  // (read when a backend is made)
+  // The graph's argmax with its system fence, in more blocks (16 values a
+  // thread) and in one (read when a backend is made)
   for (const auto& [var, val] :
-       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_ARGMAX_FENCE", "0"},
-                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "32"},
+       std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_ARGMAX_FENCE", "1"},
+                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "16"},
                                                         {"MOETIER_CUDA_ARGMAX_VALUES", "64"}}) {
     ::setenv(var, val, 1);
     auto e = engine(dir, "cuda");

@@ -261,14 +261,14 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
 
 // The first maximum over one to several blocks, with the maximum repeated
 // (the lowest index wins), twice per size (the block counter is reset);
-// 8192: the DeepSeek-shaped vocabulary (16 values a thread); 600001: 128
-// blocks of more than 16 values a thread; at 32 and 64 values a thread at the
-// least too (MOETIER_CUDA_ARGMAX_VALUES: 8192 in one block, which skips the
-// count).
+// 8192: the DeepSeek-shaped vocabulary; 600001: 128
+// blocks of more than 32 values a thread; at 16, 64 and 32 (the default)
+// values a thread at the least (MOETIER_CUDA_ARGMAX_VALUES; at 32 and 64 the
+// 8192 values are one block, which skips the count).
 TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
   REQUIRE_GPU();
   std::mt19937 rng(29);
-  for (const char* per : {"32", "64", "16"}) {  // the last is the default (process-wide)
+  for (const char* per : {"16", "64", "32"}) {  // the last is the default (process-wide)
     EnvVar env("MOETIER_CUDA_ARGMAX_VALUES", per);
     BackendPair f;  // (its backend sets the count)
     for (int64_t n : {1, 7, 1000, 4099, 8192, 151936, 300001, 600001})

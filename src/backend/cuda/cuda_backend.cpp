@@ -177,12 +177,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // router (A/B; 2 gave the DeepSeek-shaped model 0.6% over 1 and 4, Qwen3 shapes no change).
   const std::string rr = choice("MOETIER_CUDA_ROUTER_ROWS", {"1", "2", "4"});
   cuda::set_router_rows(rr.empty() ? 0 : std::stoi(rr));  // 0: the default
-  // MOETIER_CUDA_ARGMAX_VALUES=16 (default) | 32 | 64: values per argmax thread
-  // at the least; MOETIER_CUDA_ARGMAX_FENCE=1 (default) | 0: the decode graph's
-  // argmax fences its host write at system scope (A/B)
+  // MOETIER_CUDA_ARGMAX_VALUES=32 (default) | 16 | 64: values per argmax thread
+  // at the least; MOETIER_CUDA_ARGMAX_FENCE=0 (default) | 1: the decode graph's
+  // argmax fences its host write at system scope (A/B; +0.4% for both
+  // defaults on one H100, docs/cuda.md)
   const std::string av = choice("MOETIER_CUDA_ARGMAX_VALUES", {"16", "32", "64"});
-  cuda::set_argmax_values(av.empty() ? 16 : std::stoi(av));
-  argmax_fence_ = choice("MOETIER_CUDA_ARGMAX_FENCE", {"0", "1"}) != "0";
+  cuda::set_argmax_values(av.empty() ? 32 : std::stoi(av));
+  argmax_fence_ = choice("MOETIER_CUDA_ARGMAX_FENCE", {"0", "1"}) == "1";
   if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
     const std::string v = qr;
     check(v == "1" || v == "2" || v == "4" || v == "8",

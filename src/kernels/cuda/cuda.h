@@ -80,9 +80,9 @@ struct StepAdvance {
   int64_t* pos = nullptr;
   int32_t* token = nullptr;
   int32_t* ring = nullptr;
-  // __threadfence_system() after the ring's write (MOETIER_CUDA_ARGMAX_FENCE;
-  // the host reads the ring after the step's event, which orders it anyway)
-  bool fence = true;
+  // __threadfence_system() after the ring's write (MOETIER_CUDA_ARGMAX_FENCE=1;
+  // not needed: the host reads the ring only after the step's event)
+  bool fence = false;
 };
 // adv (or null): the last block also advances the step to *out (no advance_step launch).
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
@@ -276,8 +276,9 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
-// Values per argmax thread at the least: 16 (the default), 32 or 64 (A/B:
-// fewer blocks; one block skips the count); anything else gives 16.
+// Values per argmax thread at the least: 32 (the default: the 8192-entry
+// vocabulary in one block, which skips the count), 16 or 64 (A/B); anything
+// else gives 32.
 void set_argmax_values(int per_thread);
 bool moe_decode(const ExpertPtrs* table, WeightEncoding enc, bool vec, const int32_t* ids,
                 const float* weights, int k, const float* x, int64_t hidden, int64_t inter,

@@ -191,11 +191,11 @@ PlainLaunches::PlainLaunches() { ++t_pdl_off; }
 PlainLaunches::~PlainLaunches() { --t_pdl_off; }
 
 namespace {
-int g_arg_values = 16;  // set_argmax_values
+int g_arg_values = 32;  // set_argmax_values
 }  // namespace
 
 void set_argmax_values(int per_thread) {
-  g_arg_values = per_thread == 32 || per_thread == 64 ? per_thread : 16;
+  g_arg_values = per_thread == 16 || per_thread == 64 ? per_thread : 32;
 }
 
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
