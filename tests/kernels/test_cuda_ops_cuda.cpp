@@ -261,10 +261,10 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
 
 // The first maximum over one to several blocks, with the maximum repeated
 // (the lowest index wins), twice per size (the block counter is reset);
-// 8192: the DeepSeek-shaped vocabulary; 600001: 128
-// blocks of more than 32 values a thread; at 16, 64 and 32 (the default)
-// values a thread at the least (MOETIER_CUDA_ARGMAX_VALUES; at 32 and 64 the
-// 8192 values are one block, which skips the count).
+// at 16, 64 and 32 (the default) values a thread at the least
+// (MOETIER_CUDA_ARGMAX_VALUES). 8192, the DeepSeek-shaped vocabulary: one
+// block at 32 and 64 (no count), two at 16; 600001: 74 blocks at 32, 37 at 64,
+// and at 16 the cap of 128 blocks, of more than 16 values a thread.
 TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
   REQUIRE_GPU();
   std::mt19937 rng(29);
