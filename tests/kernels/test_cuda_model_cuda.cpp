@@ -346,9 +346,7 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
 
 // Predicted experts (MOETIER_CUDA_PREDICT=early) change no bit: the router's
 // logits ride along with q/k/v, the o projection's block 0 takes their top k,
-// gate/up's block (0, 0) counts what the router chose and gate/up starts on
-// them before its wait; the plain engine's router takes its own top-k
-// (MOETIER_CUDA_ROUTER_DEFER=0), so the two also compare that switch
+// the router counts what it chose and gate/up starts on them before its wait
 // (q8; CudaFused.GateUpOnPredictedExpertsGivesThePlainBits covers every kind
 // of miss). moetier-tiny, both activation modes, graphs and plain steps.
 TEST(CudaModel, PredictedExpertsChangeNothing) {
@@ -358,8 +356,8 @@ TEST(CudaModel, PredictedExpertsChangeNothing) {
   for (const char* mode : {"q8", "f32"}) {
     ActMode act(mode);
     std::unique_ptr<Engine> plain;
-    {  // (and the router's own top-k: the predicted engine's kernels take it, DeferTopk)
-      EnvVar off("MOETIER_CUDA_PREDICT", "off"), own("MOETIER_CUDA_ROUTER_DEFER", "0");
+    {
+      EnvVar off("MOETIER_CUDA_PREDICT", "off");
       plain = engine(dir, "cuda");
     }
     EXPECT_FALSE(plain->backend().expert_predictions().has_value()) << mode;

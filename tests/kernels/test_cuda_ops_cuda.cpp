@@ -793,7 +793,6 @@ TEST(CudaOps, BadRequestsAreErrors) {
                                                         {"MOETIER_CUDA_STAGE_BLOCKS", "0"},
                                                         {"MOETIER_CUDA_GEMV_WARP_ROWS", "12x"},
                                                         {"MOETIER_CUDA_ROUTER_Q8", "2"},
-                                                        {"MOETIER_CUDA_ROUTER_DEFER", "on"},
                                                         {"MOETIER_CUDA_ARGMAX_VALUES", "4"},
                                                         {"MOETIER_CUDA_ARGMAX_FENCE", "2"},
                                                         {"MOETIER_CUDA_MOE_STREAM", "on"},

@@ -145,9 +145,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  // MOETIER_CUDA_ROUTER_DEFER=0: the router's last block takes the top-k
-  // (a count of its blocks) instead of the MoE step's kernels (A/B).
-  router_defer_ = env_int("MOETIER_CUDA_ROUTER_DEFER", 0, 1, 1) == 1;
   predict_on_ = read_predict_env();
   // MOETIER_CUDA_CARVEOUT=P: every kernel asks for P% of the largest
   // shared-memory carveout (launch.cuh apply_carveout); unset: no preference.

@@ -190,10 +190,7 @@ class CudaBackend final : public Backend {
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool moe_stream_ = false;     // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
   bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
-  // MOETIER_CUDA_ROUTER_DEFER=1 (default) | 0: with router_q8_, the MoE step's
-  // kernels take the router's top-k from its logits (cuda::DeferTopk)
-  bool router_defer_ = true;
-  bool argmax_fence_ = false;  // MOETIER_CUDA_ARGMAX_FENCE=0 (default) | 1
+  bool argmax_fence_ = false;   // MOETIER_CUDA_ARGMAX_FENCE=0 (default) | 1
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
   // outputs go stale), so a decode run's time against a full one is what those
   // ops cost inside the graph. Tokens are meaningless then.
@@ -243,7 +240,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t pooled_event();             // a free event, or a new one
   uint64_t copies_issued_ = 0, copies_seen_done_ = 0;
   bool unified_addressing_ = false;
-  Scratch prep_, q8_, defer_logits_;  // defer_logits_: [experts] (router_defer_)
+  Scratch prep_, q8_;
   // Predicted experts (cuda_predict.cpp; MOETIER_CUDA_PREDICT=early, the default):
   // hint_experts keeps the hint (hint_) for the next matmul_multi_rmsnorm,
   // which computes the router's logits alongside q/k/v (predict_qkv) and

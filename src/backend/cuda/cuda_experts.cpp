@@ -360,10 +360,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
       rq.predicted = predict_slots().ids;
       rq.counts = predict_slots().counts;
     }
-    // The MoE step's kernels take the top-k (not the one-launch stream kernel,
-    // which reads ids)
-    if (router_defer_ && !moe_stream_ && router.rows <= cuda::DeferTopk::kMaxExperts)
-      rq.logits = static_cast<float*>(defer_logits_.get(*this, size_t(router.rows) * 4));
   }
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
@@ -374,15 +370,11 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
-  cuda::Q8Fuse qf;
-  qf.norm = f.norm, qf.eps = f.eps, qf.accumulate = true, qf.x_ready = rq.xq != nullptr;
+  cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
   qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
-  if (rq.logits)
-    qf.defer = {rq.logits, int(router.rows), renormalize ? 1 : 0, probs, ids, weights, rq.counts};
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
-  if (rq.logits) route_topk(router, f.xn, 1, k, renormalize, probs, ids, weights);  // not taken
   moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
   add(x, f.tmp, hidden);
 }

@@ -112,10 +112,6 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
 // predicted / counts: the ids an ExpertPredict predicted for this router
 // (its launch two back wrote them); the last block adds to counts [2] how
 // many of them the router chose and k (used, issued). Null: none.
-// logits [e] (optional, with xq; e <= DeferTopk::kMaxExperts): the router
-// only writes the logits there and quantizes x; probs, ids, weights and the
-// count are then left to the MoE step's kernels (Q8Fuse::defer), so no block
-// waits for the others (no count, no last block's top-k).
 struct RouterQ8 {
   void* xq = nullptr;              // [cols / 32] q8 blocks (moe_q8_x); null: none
   float* xd = nullptr;             // [cols / 32] their scales
@@ -123,7 +119,6 @@ struct RouterQ8 {
   int64_t prefetch_bytes = 0;
   const int32_t* predicted = nullptr;    // [k]
   unsigned long long* counts = nullptr;  // [2]
-  float* logits = nullptr;               // [e]; null: the router takes the top-k
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
@@ -308,21 +303,6 @@ bool moe_q8_applies(WeightEncoding enc, bool vec, int k, int64_t hidden, int64_t
 // stream: two device words, 0 between launches, for the one-launch gate/up
 // and down (moe_stream_q8); null where the experts may not take it (an entry
 // in host memory, or not 16-byte aligned throughout).
-// The router's softmax top-k taken by the MoE step's kernels (RouterQ8::logits
-// set; x_ready): every gate/up block runs it on the logits after its wait,
-// every down block before its wait (the router is two launches back), with
-// the router's arithmetic (topk.cuh: the same ids and weights), and gate/up's
-// block (0, 0) writes probs [e], ids [k] and weights [k] and adds the
-// prediction's count (RouterQ8::counts) where Q8Fuse::predicted is set.
-struct DeferTopk {
-  static constexpr int kMaxExperts = 256;  // the consumers' warp holds 8 logits a lane
-  const float* logits = nullptr;           // [e]; null: the router took the top-k
-  int e = 0, renorm = 0;
-  float* probs = nullptr;                // [e]
-  int32_t* ids = nullptr;                // [k]
-  float* weights = nullptr;              // [k]
-  unsigned long long* counts = nullptr;  // [2], or null
-};
 struct Q8Fuse {
   const float* norm = nullptr;
   float eps = 0.0f;
@@ -332,7 +312,6 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
-  DeferTopk defer;  // with x_ready (and not stream)
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

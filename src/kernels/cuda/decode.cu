@@ -164,9 +164,7 @@ __device__ __forceinline__ void router_quantize(const float* x, const float* nw,
 // block's count (warp 1, beside the last block's top-k in warp 0; a block of
 // one warp after its top-k), so the count, and with it the top-k, does not
 // wait for the quantization (before the count: 0.7-0.9% slower decode on one
-// H100, bench/results/h100-stop40-switches-ab.json). With q8.logits the
-// blocks write the logits there, quantize x and exit: no count, no top-k
-// (DeferTopk; marks: dot, end).
+// H100, bench/results/h100-stop40-switches-ab.json).
 template <int ENC, int V, bool NORM, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
@@ -183,16 +181,10 @@ __global__ void __launch_bounds__(kMaxThreads)
   trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
-  const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
-  if (q8.logits) {                         // DeferTopk: the MoE step's kernels take the top-k
-    if (threadIdx.x < R && row0 + threadIdx.x < e) q8.logits[row0 + threadIdx.x] = t;
-    router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
-    trace_mark(ts, 2);
-    return;
-  }
   if (threadIdx.x < R && row0 + threadIdx.x < e) probs[row0 + threadIdx.x] = t;
   const bool last = last_block_arrive(done, gridDim.x);  // the logits visible to the last block
   trace_mark(ts, 2);
+  const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
   if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
   if (!last) return;
   if (threadIdx.x < 32) {
@@ -538,8 +530,7 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s, const float* norm,
                  float eps, float* x_copy, const RouterQ8& q8) {
   if (w.enc == WeightEncoding::CB3 || !vectorizable(w) || w.rows < 1 || w.rows > 1024 || k < 1 ||
-      k > 32 || k > w.rows || w.cols % enc_cols(w.enc) || (q8.xq && w.cols % 32) ||
-      (q8.logits && (!q8.xq || w.rows > DeferTopk::kMaxExperts)))
+      k > 32 || k > w.rows || w.cols % enc_cols(w.enc) || (q8.xq && w.cols % 32))
     return false;
   switch (w.enc) {
     case WeightEncoding::F32:

@@ -122,29 +122,26 @@ struct RankedExperts {
 // ids and weights are read through L2 (ld.global.cg): the q8 down kernel
 // ranks before its grid_wait (decode_q8.cu, early reads).
 // rank_slot: slot j < k ranked by the calling thread (no sync; rank_experts
-// is threads j < k of the block, then __syncthreads). SHARED: ids and
-// weights are in shared memory (plain loads).
-template <bool SHARED = false>
+// is threads j < k of the block, then __syncthreads).
 __device__ __forceinline__ void rank_slot(const ExpertPtrs* table, const int32_t* ids,
                                           const float* weights, int k, int j, RankedExperts& r) {
   if (j < k) {
-    const int my = SHARED ? ids[j] : __ldcg(ids + j);
+    const int my = __ldcg(ids + j);
     int rank = 0;
     for (int i = 0; i < k; ++i) {
-      const int o = SHARED ? ids[i] : __ldcg(ids + i);
+      const int o = __ldcg(ids + i);
       rank += o < my || (o == my && i < j);
     }
     const ExpertPtrs& ex = table[my];
     r.w[rank] = static_cast<const uint8_t*>(ex.w[2]);
     r.s[rank] = ex.s[2];
-    r.weight[rank] = SHARED ? weights[j] : __ldcg(weights + j);
+    r.weight[rank] = __ldcg(weights + j);
     r.slot[rank] = j;
   }
 }
-template <bool SHARED = false>
 __device__ __forceinline__ void rank_experts(const ExpertPtrs* table, const int32_t* ids,
                                              const float* weights, int k, RankedExperts& r) {
-  rank_slot<SHARED>(table, ids, weights, k, int(threadIdx.x), r);
+  rank_slot(table, ids, weights, k, int(threadIdx.x), r);
   __syncthreads();
 }
 

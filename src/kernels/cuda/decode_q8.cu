@@ -39,18 +39,12 @@
 // With Q8Fuse::x_ready the router has quantized x itself (RouterQ8) and the
 // sequence is router -> gate/up -> down: gate/up, launched while the router
 // runs, reads everything after its wait; down's early reads are two back.
-// With Q8Fuse::defer (DeferTopk) the router writes only its logits and x's q8
-// blocks: gate/up's blocks take the softmax top-k after their wait, down's
-// before it (the logits two back), each in its warp 0 with the router's
-// arithmetic, and gate/up's block (0, 0) writes probs, ids and weights
-// (which no kernel of the step reads) and counts the prediction.
 #include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/predict.cuh"
 #include "kernels/cuda/q8.cuh"
 
 namespace moetier::cuda {
@@ -149,12 +143,12 @@ __global__ void __launch_bounds__(kQuantThreads)
 // (both in slot order), so that the k blocks of a column cover the k slots
 // once (ids and pred each hold k distinct ids; a pred with repeats the
 // router chose, whose counts of matches differ, maps every slot to itself).
-// id: its expert. a: the router's id of slot lane (lanes >= k: -1). Every
-// lane of the warp returns the same.
-__device__ __forceinline__ int matched_slot(int32_t a, const int32_t* pred, int slot, int k,
-                                            int32_t& id) {
+// id: its expert. Every lane of the warp returns the same.
+__device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* pred, int slot,
+                                            int k, int32_t& id) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = int(threadIdx.x & 31);
+  const int32_t a = lane < k ? __ldcg(ids + lane) : -1;
   const int32_t p = lane < k ? __ldcg(pred + lane) : -2;
   bool p_in = false, a_in = false;
   for (int j = 0; j < k; ++j) {  // every lane shuffles (no short circuit: the mask is all)
@@ -172,34 +166,6 @@ __device__ __forceinline__ int matched_slot(int32_t a, const int32_t* pred, int 
                     : int(__fns(~ain & km, 0, __popc(~pin & km & ((1u << slot) - 1u)) + 1));
   id = __shfl_sync(kAll, a, s & 31);
   return s;
-}
-
-// DeferTopk: warp 0 takes the router's top-k of dt.logits into ids_s and
-// w_s [k] (shared); lead: also writes dt's probs, ids, weights and, with pred,
-// counts the prediction. The caller syncs the block before reading ids_s.
-__device__ __forceinline__ void defer_topk(const DeferTopk& dt, int k, bool lead,
-                                           const int32_t* pred, int32_t* ids_s, float* w_s) {
-  if (threadIdx.x >= 32) return;
-  const int lane = int(threadIdx.x);
-  const bool count = lead && pred && dt.counts;
-  const int32_t pid = count && lane < k ? __ldcg(pred + lane) : -1;  // in flight during the top-k
-  float w;
-  const int32_t mine =
-      softmax_topk_warp<8>(dt.logits, dt.e, k, dt.renorm, lead ? dt.probs : nullptr,
-                           lead ? dt.ids : nullptr, lead ? dt.weights : nullptr, &w);
-  if (lane < k) ids_s[lane] = mine, w_s[lane] = w;
-  if (count) count_predicted(pid, mine, k, dt.counts);
-}
-
-// The down kernels' ranked experts: from ids, or with DeferTopk from the
-// top-k of the logits (defer_topk into the block's ids_s, w_s [32]).
-__device__ __forceinline__ void rank_down(const DeferTopk& dt, const ExpertPtrs* table,
-                                          const int32_t* ids, const float* weights, int k,
-                                          RankedExperts& rk, int32_t* ids_s, float* w_s) {
-  if (!dt.logits) return rank_experts(table, ids, weights, k, rk);
-  defer_topk(dt, k, false, nullptr, ids_s, w_s);
-  __syncthreads();
-  rank_experts<true>(table, ids_s, w_s, k, rk);
 }
 
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
@@ -220,12 +186,10 @@ template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre, DeferTopk dt) {
+                          float* hd, int early, const int32_t* pred, int npre) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
-  __shared__ int32_t tid[32];  // DeferTopk: the router's ids and weights [k]
-  __shared__ float tw[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
@@ -268,25 +232,18 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
-  const unsigned ts = grid_wait<3>();  // xq comes from the kernel before; marks: dots, end, top-k
+  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  const int k = int(gridDim.y);
-  if (dt.logits) {  // (not early: x_ready)
-    defer_topk(dt, k, blockIdx.x == 0 && blockIdx.y == 0, pred, tid, tw);
-    __syncthreads();
-    trace_mark(ts, 3);
-  }
-  auto id_of = [&](int j) { return dt.logits ? tid[j] : __ldcg(ids + j); };
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
     int32_t id;
-    sl = matched_slot(lane < k ? id_of(lane) : -1, pred, slot, k, id);
+    sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
     if (id != pe)
       cp_async_wait<0>(), prep(id, 4);  // mispredicted: the started copies dropped
     else
       passes(npre, 4);  // (the groups stay in pass order)
   } else if (!early) {
-    prep(id_of(slot), 4);
+    prep(__ldcg(ids + slot), 4);
   }
   float acc[R2];
 #pragma unroll
@@ -321,7 +278,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   if (warp == 0) {
     const int64_t b = int64_t(sl) * (inter / 32) + blockIdx.x;
     const float d = quantize_warp(hs[lane], hq + b);
-    if (lane == 0) hd[b] = d * (dt.logits ? tw[sl] : __ldcg(weights + sl));
+    if (lane == 0) hd[b] = d * __ldcg(weights + sl);
   }
   trace_mark(ts, 2);
 }
@@ -332,11 +289,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 __global__ void __launch_bounds__(kDownWarps * 32)
     moe_down_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                        const Q8x* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
-                       int accumulate, int early, DeferTopk dt) {
+                       int accumulate, int early) {
   constexpr int R = kDownRows, U = kDownItems;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
-  __shared__ int32_t tid[32];   // DeferTopk: the router's ids and weights [k]
-  __shared__ float tw[32];
   const int lane = int(threadIdx.x & 31);
   const int64_t row0 = (int64_t(blockIdx.x) * kDownWarps + threadIdx.x / 32) * R;
   const int nch = int(inter / 32), items = k * nch;
@@ -360,11 +315,11 @@ __global__ void __launch_bounds__(kDownWarps * 32)
       if (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_down(dt, table, ids, weights, k, rk, tid, tw);  // ids: two or three launches back
+  if (early) rank_experts(table, ids, weights, k, rk);  // ids: two or three launches back
   if (early && row0 < hidden) load(0);
   grid_wait();  // h comes from the kernel before
   grid_launch_dependents();
-  if (!early) rank_down(dt, table, ids, weights, k, rk, tid, tw);
+  if (!early) rank_experts(table, ids, weights, k, rk);
   if (row0 >= hidden) return;
   if (!early) load(0);
   float acc[R];
@@ -396,11 +351,9 @@ template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                             float* out, int accumulate, int early, DeferTopk dt) {
+                             float* out, int accumulate, int early) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
-  __shared__ int32_t tid[32];   // DeferTopk: the router's ids and weights [k]
-  __shared__ float tw[32];
   __shared__ float red[R][NW];
   const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
   const int64_t row0 = int64_t(blockIdx.x) * R;
@@ -425,10 +378,10 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_down(dt, table, ids, weights, k, rk, tid, tw), load(0);  // ids: two or three back
+  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: two or three back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
-  if (!early) rank_down(dt, table, ids, weights, k, rk, tid, tw), load(0);
+  if (!early) rank_experts(table, ids, weights, k, rk), load(0);
   float old = 0.0f;  // accumulate: out's row t, read now (not after the dot)
   if (accumulate && t < R && row0 + t < hidden) old = out[row0 + t];
   float acc[R];
@@ -470,11 +423,9 @@ template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_pair_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                             int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                            float* out, int accumulate, int early, DeferTopk dt) {
+                            float* out, int accumulate, int early) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
-  __shared__ int32_t tid[32];   // DeferTopk: the router's ids and weights [k]
-  __shared__ float tw[32];
   __shared__ float red[2][R][NW];
   __shared__ uint4 qs[U][R][NT];  // the second group's codes
   const int t = int(threadIdx.x), lane = t & 31, warp = t / 32;
@@ -506,10 +457,10 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
     cp_async_commit();
   };
-  if (early) rank_down(dt, table, ids, weights, k, rk, tid, tw), load();  // ids: two or three back
+  if (early) rank_experts(table, ids, weights, k, rk), load();  // ids: two or three back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: group 0, end
   grid_launch_dependents();
-  if (!early) rank_down(dt, table, ids, weights, k, rk, tid, tw), load();
+  if (!early) rank_experts(table, ids, weights, k, rk), load();
   float old[2] = {0.0f, 0.0f};  // accumulate: out's row t of each group, read now
 #pragma unroll
   for (int g = 0; g < 2; ++g)
@@ -591,10 +542,8 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
            s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
-  // x_ready: gate/up follows the router itself (its ids are read after the wait);
-  // defer: the router wrote only logits (the stream kernel reads ids: not taken)
-  const DeferTopk dt = fuse.x_ready ? fuse.defer : DeferTopk{};
-  if (g_kernels.stream && fuse.stream && !dt.logits &&
+  // x_ready: gate/up follows the router itself (its ids are read after the wait)
+  if (g_kernels.stream && fuse.stream &&
       moe_stream_q8(table, ids, weights, k, xq, xd, hidden, inter, hq, hd, out, fuse.accumulate,
                     fuse.stream, s))
     return 2;
@@ -602,18 +551,18 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes, dt);
+         g_kernels.predict_passes);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
-           kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e, dt);
+           kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
     return 1;
   }
   // U items per thread and pass: all of a row's items in one pass up to 4.
   const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
-                        const float*, int64_t, int64_t, float*, int, int, DeferTopk);
+                        const float*, int64_t, int64_t, float*, int, int);
   if (g_kernels.down_pair && R == 4 && passes <= 4 &&
       (!g_kernels.down_auto ||
        (hidden + 3) / 4 > kPairBlocksPerSm * int64_t(current_device_sms()))) {
@@ -621,7 +570,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
                                       moe_down_q8_pair_kernel<4, 3>, moe_down_q8_pair_kernel<4, 4>};
     const int64_t groups = (hidden + 3) / 4;
     launch(kPair[U - 1], unsigned((groups + 1) / 2), kSplitThreads, 0, s, table, ids, weights, k,
-           hq, hd, hidden, inter, out, acc, e, dt);
+           hq, hd, hidden, inter, out, acc, e);
     return 1;
   }
   static constexpr Down kDown[2][4] = {
@@ -630,7 +579,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
       {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
        moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
   launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
-         ids, weights, k, hq, hd, hidden, inter, out, acc, e, dt);
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
   return 1;
 }
 

@@ -28,14 +28,10 @@ __device__ __forceinline__ uint32_t warp_reduce_u32(uint32_t v) {
 // ... (V per lane). k <= 32 rounds of a warp arg-max (ties to the lower id;
 // the backend refuses more); the weights are summed in selection order, and
 // lane r writes round r's id and weight (and returns the id; lanes >= k: 0).
-// probs, ids, weights may each be null (not written); w (optional): lane r's
-// weight. Any V >= ceil(e / 32) gives the same bits (the entries past e add
-// +0 to the sum and key as taken), so the MoE step's kernels, which take the
-// top-k themselves at V = 8 (DeferTopk), choose what the router would.
 template <int V>
 __device__ __forceinline__ int32_t softmax_topk_warp(const float* logits, int64_t e, int64_t k,
                                                      int renorm, float* probs, int32_t* ids,
-                                                     float* weights, float* w = nullptr) {
+                                                     float* weights) {
   const int lane = int(threadIdx.x & 31);
   float p[V];
   float m = -FLT_MAX;
@@ -59,7 +55,7 @@ __device__ __forceinline__ int32_t softmax_topk_warp(const float* logits, int64_
     const int64_t j = lane + 32 * i;
     if (j < e) {
       p[i] = p[i] / sum;
-      if (probs) probs[j] = p[i];
+      probs[j] = p[i];
     } else {
       p[i] = -1.0f;
     }
@@ -90,12 +86,10 @@ __device__ __forceinline__ int32_t softmax_topk_warp(const float* logits, int64_
     sel_sum += v;  // every lane adds the same values in selection order
     if (lane == r) my_w = v, my_id = int32_t(win);
   }
-  const float mine = renorm ? my_w / sel_sum : my_w;
   if (lane < k) {
-    if (ids) ids[lane] = my_id;
-    if (weights) weights[lane] = mine;
+    ids[lane] = my_id;
+    weights[lane] = renorm ? my_w / sel_sum : my_w;
   }
-  if (w) *w = mine;
   return my_id;
 }
 
