@@ -156,7 +156,7 @@ TEST(CudaFused, MatmulAddMatchesCpu) {
 // (q8: the fused kernels; f32: the default composition of CUDA ops), and with
 // the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by the router,
 // MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0) and off (0: the
-// default composition).
+// default composition); probs within 1e-5 of the CPU's, as the weights.
 TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   REQUIRE_GPU();
   struct Case {
@@ -179,7 +179,7 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
         std::vector<DeviceBuffer> keep;
         float* dnw = f.up(nw, keep);
         struct Call {
-          std::vector<float> x, ref, w;
+          std::vector<float> x, ref, w, p;
           std::vector<int32_t> ids;
           float *dp, *dw, *dx, *raw;
           int32_t* dids;
@@ -187,7 +187,9 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
         Call calls[2];
         for (Call& k : calls) {  // the CPU: norm, router, experts, add
           k.x = randn(size_t(c.H), rng, 2.0f);
-          std::vector<float> xn(k.x.size()), p(size_t(c.experts)), w(size_t(c.k));
+          std::vector<float> xn(k.x.size()), w(size_t(c.k));
+          std::vector<float>& p = k.p;
+          p.resize(size_t(c.experts));
           f.cpu->rmsnorm(k.x.data(), nw.data(), 1, c.H, 1e-6f, xn.data());
           k.ids.resize(size_t(c.k));
           f.cpu->route_topk(router.view, xn.data(), 1, c.k, true, p.data(), k.ids.data(), w.data());
@@ -221,6 +223,9 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
           const auto gw = f.down(k.dw, k.w.size());
           for (size_t j = 0; j < gw.size(); ++j)
             EXPECT_NEAR(gw[j], k.w[j], 1e-5) << what << " " << j;
+          const auto gp = f.down(k.dp, k.p.size());
+          for (size_t j = 0; j < gp.size(); ++j)
+            EXPECT_NEAR(gp[j], k.p[j], 1e-5) << what << " probs " << j;
           EXPECT_LE(rel_err(got, k.ref), 1e-5) << what;
           EXPECT_LE(rel_err(minus(got, k.x), minus(k.ref, k.x)), 1e-4) << what;
         }
