@@ -260,8 +260,10 @@ TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
        std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_ARGMAX_FENCE", "1"},
                                                         {"MOETIER_CUDA_ARGMAX_VALUES", "16"},
                                                         {"MOETIER_CUDA_ARGMAX_VALUES", "64"}}) {
-    ::setenv(var, val, 1);
-    auto e = engine(dir, "cuda");
+    auto e = [&, var = var, val = val] {  // (the variable, read by the backend, restored after)
+      EnvVar v(var, val);
+      return engine(dir, "cuda");
+    }();
     auto s2 = e->new_session(n0 + 31);
     std::vector<int32_t> g2{argmax(s2->prefill(ids))};
     EXPECT_EQ(s2->decode_greedy_run(g2.back(), 30,
@@ -272,7 +274,6 @@ TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
               30)
         << var << "=" << val;
     EXPECT_EQ(g2, want) << var << "=" << val;
-    ::unsetenv(var);
   }
 }
 
