@@ -330,7 +330,16 @@ class Backend {
   virtual void graph_begin(int64_t pos, int64_t max_positions) {}
   virtual int graph_end() { return -1; }
   virtual void graph_launch(int graph, int64_t pos, int32_t token) {}
+  // A dropped graph may be kept and updated in place by a later recording of
+  // the same launches (CUDA: cudaGraphExecUpdate; a new session's step
+  // differs only in its buffers), which costs less than building it anew.
+  // graph_counts: the recordings so far (ended) and how many of them updated a
+  // dropped graph; none where the backend has no graphs.
   virtual void graph_drop(int graph) {}
+  struct GraphCounts {
+    uint64_t recorded = 0, updated = 0;
+  };
+  virtual std::optional<GraphCounts> graph_counts() const { return std::nullopt; }
   // Ends a recording that failed (an op threw): nothing is kept.
   virtual void graph_abort() {}
   // Chained replays (with graphs). graph_record_advance(next), recorded as a

@@ -189,6 +189,48 @@ TEST(CudaModel, DecodeGraphsChangeNothing) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], graphed[i]) << "step " << i;
 }
 
+// A dropped decode graph updated in place by the next recording
+// (cudaGraphExecUpdate; Backend::graph_counts) gives the plain steps' bits:
+// three sessions one after another on one engine, of different capacities
+// (another attention grid, other KV buffers), each recording its step after
+// the session before dropped its graph; the first instantiates, the other two
+// update. With MOETIER_CUDA_GRAPH_UPDATE=0 every recording instantiates.
+TEST(CudaModel, UpdatedDecodeGraphsChangeNothing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  const auto ids = tok.encode("The quick brown fox jumps over the lazy dog, again and");
+  for (const char* update : {"1", "0"}) {
+    EnvVar u("MOETIER_CUDA_GRAPH_UPDATE", update);
+    auto gpu = engine(dir, "cuda");
+    auto run = [&](bool graphs, int64_t capacity) {
+      EnvVar g("MOETIER_GRAPHS", graphs ? "1" : "0");
+      auto s = gpu->new_session(capacity);
+      std::vector<std::vector<float>> all;
+      const std::vector<float>* l = &s->prefill(ids);
+      for (int i = 0; i < 12; ++i) {
+        all.push_back(*l);
+        l = &s->decode(argmax(*l));
+      }
+      all.push_back(*l);
+      return all;
+    };
+    const auto c0 = gpu->backend().graph_counts();
+    ASSERT_TRUE(c0.has_value());
+    const int64_t n = int64_t(ids.size());
+    for (const int64_t capacity : {n + 40, n + 3000, n + 13}) {
+      const auto plain = run(false, capacity), graphed = run(true, capacity);
+      ASSERT_EQ(plain.size(), graphed.size());
+      for (size_t i = 0; i < plain.size(); ++i)
+        EXPECT_EQ(plain[i], graphed[i])
+            << "update " << update << ", capacity " << capacity << ", step " << i;
+    }
+    const auto c1 = gpu->backend().graph_counts();
+    EXPECT_EQ(c1->recorded - c0->recorded, 3u) << update;
+    EXPECT_EQ(c1->updated - c0->updated, update[0] == '1' ? 2u : 0u) << update;
+  }
+}
+
 // Greedy decode with the argmax on the device (graphs) gives the tokens of
 // the host argmax of plain steps' logits.
 TEST(CudaModel, DeviceArgmaxGivesTheHostGreedyTokens) {

@@ -145,6 +145,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
+  // MOETIER_CUDA_GRAPH_UPDATE=0: every recording instantiates its graph anew
+  // instead of updating a dropped one (A/B).
+  graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;
   predict_on_ = read_predict_env();
   // MOETIER_CUDA_CARVEOUT=P: every kernel asks for P% of the largest
   // shared-memory carveout (launch.cuh apply_carveout); unset: no preference.
@@ -344,6 +347,7 @@ CudaBackend::~CudaBackend() {
   tables_.clear();
   for (cudaGraphExec_t g : graphs_)
     if (g) cudaGraphExecDestroy(g);
+  for (cudaGraphExec_t g : spare_graphs_) cudaGraphExecDestroy(g);
   step_dev_.reset(), step_host_.reset(), step_ring_.reset();
   for (cudaEvent_t e : step_done_)
     if (e) cudaEventDestroy(e);
@@ -537,9 +541,24 @@ int CudaBackend::graph_end() {
   cudaGraph_t g = nullptr;
   cuda_check(cudaStreamEndCapture(stream_, &g), "end capture");
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  while (!exec && !spare_graphs_.empty()) {  // a dropped graph updated to this one
+    cudaGraphExec_t spare = spare_graphs_.back();
+    spare_graphs_.pop_back();
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(spare, g, &info) == cudaSuccess) {
+      exec = spare;
+      ++graph_counts_.updated;
+    } else {  // another shape of step: instantiate instead
+      (void)cudaGetLastError();
+      cudaGraphExecDestroy(spare);
+    }
+  }
+  const cudaError_t e = exec ? cudaSuccess : cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
   cuda_check(e, "instantiate graph");
+  ++graph_counts_.recorded;
+  const auto free = std::find(graphs_.begin(), graphs_.end(), nullptr);  // a dropped one's slot
+  if (free != graphs_.end()) return *free = exec, int(free - graphs_.begin());
   graphs_.push_back(exec);
   return int(graphs_.size() - 1);
 }
@@ -607,7 +626,15 @@ void CudaBackend::graph_abort() {
 void CudaBackend::graph_drop(int graph) {
   if (graph < 0 || size_t(graph) >= graphs_.size() || !graphs_[size_t(graph)]) return;
   synchronize();
-  cudaGraphExecDestroy(graphs_[size_t(graph)]);
+  if (graph_update_) {
+    spare_graphs_.push_back(graphs_[size_t(graph)]);
+    if (spare_graphs_.size() > kSpareGraphs) {
+      cudaGraphExecDestroy(spare_graphs_.front());
+      spare_graphs_.erase(spare_graphs_.begin());
+    }
+  } else {
+    cudaGraphExecDestroy(graphs_[size_t(graph)]);
+  }
   graphs_[size_t(graph)] = nullptr;
 }
 

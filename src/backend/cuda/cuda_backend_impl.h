@@ -88,6 +88,7 @@ class CudaBackend final : public Backend {
   int graph_end() override;
   void graph_launch(int graph, int64_t pos, int32_t token) override;
   void graph_drop(int graph) override;
+  std::optional<GraphCounts> graph_counts() const override { return graph_counts_; }
   void graph_abort() override;
   void graph_record_advance(const int32_t* next) override;
   void argmax_advance(const float* x, int64_t n, int32_t* out) override;
@@ -318,6 +319,14 @@ class CudaBackend final : public Backend {
   DeviceBuffer step_ring_;             // [2] int32 pinned host: the token of position p at p & 1
   cudaEvent_t step_done_[2] = {};      // the replay of position p done: p & 1
   std::vector<cudaGraphExec_t> graphs_;
+  // Dropped graphs kept for the next recording to update in place
+  // (cudaGraphExecUpdate: a new session's step has the same launches, only
+  // its buffers differ) instead of instantiating anew; at most kSpareGraphs.
+  // MOETIER_CUDA_GRAPH_UPDATE=0: none kept (A/B).
+  static constexpr size_t kSpareGraphs = 2;
+  std::vector<cudaGraphExec_t> spare_graphs_;
+  bool graph_update_ = true;
+  GraphCounts graph_counts_;
   std::string timing_path_;
   std::string trace_path_;  // MOETIER_CUDA_TRACE: the decode timeline, per launch (write_trace)
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;
