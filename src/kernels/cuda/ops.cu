@@ -120,7 +120,7 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
 // system-scope fence after the host slot's write).
 __global__ void __launch_bounds__(kArgThreads)
     argmax_kernel(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, StepAdvance adv) {
-  grid_wait();
+  const unsigned ts = grid_wait<2>();  // trace marks: the block's best, the end
   grid_launch_dependents();
   __shared__ float sv[kArgThreads];
   __shared__ int32_t si[kArgThreads];
@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(kArgThreads)
         v = xv[u], best = int32_t(i0 + u * step);
   }
   argmax_block(v, best, sv, si);
+  trace_mark(ts, 1);
   if (gridDim.x > 1) {
     if (threadIdx.x == 0) sc->value[blockIdx.x] = sv[0], sc->index[blockIdx.x] = si[0];
     if (!last_block_arrive(&sc->done, gridDim.x)) return;
@@ -155,6 +156,7 @@ __global__ void __launch_bounds__(kArgThreads)
       if (adv.fence) __threadfence_system();
     }
   }
+  trace_mark(ts, 2);
 }
 
 }  // namespace
