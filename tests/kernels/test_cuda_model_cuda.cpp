@@ -297,11 +297,13 @@ TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
   EXPECT_EQ(runs[0], std::vector<int32_t>(want.begin(), want.begin() + 20));
   EXPECT_EQ(runs[1], runs[0]);
   // The graph's argmax with its system fence, in more blocks (16 values a
-  // thread) and in one (read when a backend is made)
+  // thread) and in one, and the step's embedding in a launch of its own
+  // (read when a backend is made)
   for (const auto& [var, val] :
        std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_ARGMAX_FENCE", "1"},
                                                         {"MOETIER_CUDA_ARGMAX_VALUES", "16"},
-                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "64"}}) {
+                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "64"},
+                                                        {"MOETIER_CUDA_EMBED_FOLD", "0"}}) {
     auto e = [&, var = var, val = val] {  // (the variable, read by the backend, restored after)
       EnvVar v(var, val);
       return engine(dir, "cuda");

@@ -187,6 +187,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const std::string av = choice("MOETIER_CUDA_ARGMAX_VALUES", {"16", "32", "64"});
   cuda::set_argmax_values(av.empty() ? 32 : std::stoi(av));
   argmax_fence_ = choice("MOETIER_CUDA_ARGMAX_FENCE", {"0", "1"}) == "1";
+  // MOETIER_CUDA_EMBED_FOLD=0: a decode graph embeds its token in a launch of
+  // its own instead of the step before's argmax writing the row (A/B).
+  embed_fold_ = choice("MOETIER_CUDA_EMBED_FOLD", {"0", "1"}) != "0";
   if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
     const std::string v = qr;
     check(v == "1" || v == "2" || v == "4" || v == "8",
@@ -499,6 +502,10 @@ const float* CudaBackend::vector(std::span<const float> host, WeightStore& store
 void CudaBackend::embed(const MatView& table, std::span<const int32_t> tokens, float* out) {
   if (recording_) {  // the token comes from the step slot at replay
     check(tokens.size() == 1, "cuda graph: a decode step embeds one token, not {}", tokens.size());
+    if (embed_fold_ && !fold_rec_.out) {  // argmax_advance writes it (Fold)
+      fold_rec_ = {table, out};
+      return;
+    }
     const auto* tok =
         reinterpret_cast<const int32_t*>(step_dev_.as<char>() + offsetof(StepArgs, token));
     return cuda::embed(table, tok, 1, out, stream_), after("embed");
@@ -528,6 +535,7 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
   // head_dim <= 256): nothing may be allocated while recording.
   attn_.get(*this, size_t(cuda::attention_scratch_floats(1, max_positions, 128, 256)) * 4);
   recording_ = true;
+  fold_rec_ = {}, fold_taken_ = false;
   record_pos_ = pos;
   record_max_ = max_positions;
   join_staged();  // (stagings of a plain step that threw: joined outside the capture)
@@ -540,6 +548,10 @@ int CudaBackend::graph_end() {
   recording_ = false;
   cudaGraph_t g = nullptr;
   cuda_check(cudaStreamEndCapture(stream_, &g), "end capture");
+  if (fold_rec_.out && !fold_taken_) {  // an embed left to no argmax_advance: not replayable
+    cudaGraphDestroy(g);
+    throw Error("cuda graph: a step's embedding was folded, but no argmax_advance wrote it");
+  }
   cudaGraphExec_t exec = nullptr;
   while (!exec && !spare_graphs_.empty()) {  // a dropped graph updated to this one
     cudaGraphExec_t spare = spare_graphs_.back();
@@ -558,9 +570,10 @@ int CudaBackend::graph_end() {
   cuda_check(e, "instantiate graph");
   ++graph_counts_.recorded;
   const auto free = std::find(graphs_.begin(), graphs_.end(), nullptr);  // a dropped one's slot
-  if (free != graphs_.end()) return *free = exec, int(free - graphs_.begin());
-  graphs_.push_back(exec);
-  return int(graphs_.size() - 1);
+  const size_t i = size_t(free - graphs_.begin());
+  if (free == graphs_.end()) graphs_.push_back(nullptr), folds_.emplace_back();
+  graphs_[i] = exec, folds_[i] = fold_rec_;
+  return int(i);
 }
 
 void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
@@ -574,6 +587,11 @@ void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
   cuda_check(
       cudaMemcpyAsync(step_dev_.data(), h, sizeof(StepArgs), cudaMemcpyHostToDevice, stream_),
       "step args");
+  if (const Fold& f = folds_[size_t(graph)]; f.out) {  // the host's token: embedded here
+    const auto* tok =
+        reinterpret_cast<const int32_t*>(step_dev_.as<char>() + offsetof(StepArgs, token));
+    cuda::embed(f.table, tok, 1, f.out, stream_);
+  }
   cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
   cuda_check(cudaEventRecord(step_done_[pos & 1], stream_), "step event");
 }
@@ -590,7 +608,13 @@ void CudaBackend::argmax_advance(const float* x, int64_t n, int32_t* out) {
   if (!recording_) return Backend::argmax_advance(x, n, out);
   check(n > 0, "cuda argmax of no values");
   auto* a = step_dev_.as<StepArgs>();
-  const cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>(), argmax_fence_};
+  cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>(), argmax_fence_};
+  if (fold_rec_.out && !fold_taken_) {  // the next step's embedding (Fold)
+    const MatView& t = fold_rec_.table;
+    adv.embed_w = t.data, adv.embed_sc = t.scales, adv.embed_cols = t.cols;
+    adv.embed_enc = t.enc, adv.embed_out = fold_rec_.out;
+    fold_taken_ = true;
+  }
   cuda::argmax(x, n, out, &sync()->argmax, stream_, &adv), after("argmax + advance step");
 }
 

@@ -319,6 +319,19 @@ class CudaBackend final : public Backend {
   DeviceBuffer step_ring_;             // [2] int32 pinned host: the token of position p at p & 1
   cudaEvent_t step_done_[2] = {};      // the replay of position p done: p & 1
   std::vector<cudaGraphExec_t> graphs_;
+  // The step's embedding, folded into the step before (MOETIER_CUDA_EMBED_FOLD,
+  // default 1): while recording, embed() launches nothing and argmax_advance's
+  // last block writes the next step's row; graph_launch (a token from the
+  // host) embeds it before the replay, graph_launch_next nothing (the replay
+  // before wrote it). folds_[graph]: its embed (out null: not folded).
+  struct Fold {
+    MatView table;
+    float* out = nullptr;
+  };
+  bool embed_fold_ = true;
+  Fold fold_rec_;            // the recording's embed, until argmax_advance takes it
+  bool fold_taken_ = false;  // argmax_advance took fold_rec_ in this recording
+  std::vector<Fold> folds_;  // [graphs_.size()]
   // Dropped graphs kept for the next recording to update in place
   // (cudaGraphExecUpdate: a new session's step has the same launches, only
   // its buffers differ) instead of instantiating anew; at most kSpareGraphs.

@@ -83,8 +83,16 @@ struct StepAdvance {
   // __threadfence_system() after the ring's write (MOETIER_CUDA_ARGMAX_FENCE=1;
   // not needed: the host reads the ring only after the step's event)
   bool fence = false;
+  // The next step's embedding (embed_out null: none): the last block writes
+  // embed_out [cols] = row `token` of the table, as embed() does.
+  const void* embed_w = nullptr;
+  const uint8_t* embed_sc = nullptr;
+  int64_t embed_cols = 0;
+  WeightEncoding embed_enc = WeightEncoding::F32;
+  float* embed_out = nullptr;
 };
-// adv (or null): the last block also advances the step to *out (no advance_step launch).
+// adv (or null): the last block also advances the step to *out (no advance_step
+// launch) and, with adv->embed_out, embeds *out for the next step (no embed launch).
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv = nullptr);
 // The advance with *next as a launch of its own (Backend::graph_record_advance;

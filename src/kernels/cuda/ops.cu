@@ -112,6 +112,33 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
   }
 }
 
+// The next step's embedding by one block (StepAdvance::embed_out): row
+// `token` of the table, as embed_kernel<ENC> writes it. lut: 16 floats of
+// shared memory (the caller's sync before is argmax_block's).
+template <int ENC>
+__device__ __forceinline__ void embed_row(const StepAdvance& a, int32_t token, float* lut) {
+  if constexpr (ENC == kMXFP4) {
+    __syncthreads();  // every thread is past its last read of lut's memory
+    fill_e2m1(lut);
+    __syncthreads();
+  }
+  const auto* w = static_cast<const uint8_t*>(a.embed_w);
+  for (int64_t i = threadIdx.x; i < a.embed_cols; i += blockDim.x)
+    a.embed_out[i] = weight_at<ENC>(w, a.embed_sc, token, i, a.embed_cols, lut);
+}
+__device__ __forceinline__ void embed_next(const StepAdvance& a, int32_t token, float* lut) {
+  switch (a.embed_enc) {
+    case WeightEncoding::F32:
+      return embed_row<kF32>(a, token, lut);
+    case WeightEncoding::BF16:
+      return embed_row<kBF16>(a, token, lut);
+    case WeightEncoding::MXFP4:
+      return embed_row<kMXFP4>(a, token, lut);
+    default:
+      return embed_row<kCB3>(a, token, lut);
+  }
+}
+
 // Block b scans x [b * chunk, (b + 1) * chunk) (each thread a strided slice,
 // first maximum, 8 loads in flight), writes its best to part; the last block
 // to finish (counted in *done, reset to 0 by it) reduces the partials in block
@@ -156,6 +183,7 @@ __global__ void __launch_bounds__(kArgThreads)
       if (adv.fence) __threadfence_system();
     }
   }
+  if (adv.embed_out) embed_next(adv, si[0], sv);  // si[0]: final since argmax_block's sync
   trace_mark(ts, 2);
 }
 
