@@ -290,7 +290,7 @@ TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
 }
 
 // A decode graph's embedding folded into the step before's argmax
-// (MOETIER_CUDA_EMBED_FOLD, default on): a recorded step embeds its token
+// (MOETIER_CUDA_EMBED_FOLD=1): a recorded step embeds its token
 // (into e), adds e to y and takes the argmax of x with the advance. Replayed
 // with a host token t0, y gets row t0 (embedded before the replay) and e ends
 // as row argmax(x), the next step's input; with the fold off e stays row t0.

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kArgThreads)
     if (gridDim.x > 1) sc->done = 0;
     if (adv.pos) {  // as advance_step_kernel, after every kernel of the step (grid_wait)
       const int64_t p = *adv.pos;
-      *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & 1] = si[0];
+      *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & adv.ring_mask] = si[0];
       if (adv.fence) __threadfence_system();
     }
   }
@@ -238,19 +238,19 @@ void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStre
 
 namespace {
 __global__ void advance_step_kernel(int64_t* pos, int32_t* token, const int32_t* next,
-                                    int32_t* ring) {
+                                    int32_t* ring, int64_t mask) {
   const int64_t p = *pos;
   const int32_t t = *next;
   *pos = p + 1;
   *token = t;
-  ring[p & 1] = t;
+  ring[p & mask] = t;
   __threadfence_system();
 }
 }  // namespace
 
 void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring,
-                  cudaStream_t s) {
-  advance_step_kernel<<<1, 1, 0, s>>>(pos, token, next, ring);  // after argmax completes
+                  int64_t ring_mask, cudaStream_t s) {
+  advance_step_kernel<<<1, 1, 0, s>>>(pos, token, next, ring, ring_mask);  // after the argmax
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
