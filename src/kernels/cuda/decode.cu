@@ -176,8 +176,14 @@ __global__ void __launch_bounds__(kMaxThreads)
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
   const int64_t row0 = int64_t(blockIdx.x) * R;
-  unsigned ts = 0;  // trace marks: dot, count, top-k
-  const float t = block_rows_dot<ENC, R, NORM, 3>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
+  unsigned ts = 0;  // trace marks: dot, count, top-k, the block's end (a sync: trace build only)
+  const float t = block_rows_dot<ENC, R, NORM, 4>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
+  auto end_mark = [ts] {
+#ifdef MOETIER_CUDA_TRACE_BUILD
+    __syncthreads();
+    trace_mark(ts, 4);
+#endif
+  };
   trace_mark(ts, 1);
   if (xcopy && blockIdx.x == 0)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) xcopy[i] = x[i];
@@ -186,7 +192,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   trace_mark(ts, 2);
   const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
   if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
-  if (!last) return;
+  if (!last) return end_mark();
   if (threadIdx.x < 32) {
     int32_t pid = -1;  // in flight during the top-k
     if (q8.predicted && threadIdx.x < k) pid = __ldcg(q8.predicted + threadIdx.x);
@@ -196,6 +202,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   if (threadIdx.x == 0) *done = 0;
   trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
   if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
+  end_mark();
 }
 
 // Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).
