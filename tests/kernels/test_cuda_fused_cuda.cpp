@@ -244,7 +244,8 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
 // most 1% of codes off, each scale within 1e-5; the router's ids equal those
 // of a launch without it; with and without the norm. The router quantizes
 // after its count (by warp 1 beside the top-k; in a block of one warp, 96 and
-// 160 columns, after it).
+// 160 columns, after it). With RouterQ8::stash (block b's q8 block from the
+// values its dot read) every code and scale is the same, bit for bit.
 TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
   REQUIRE_GPU();
 #if MOETIER_HAVE_CUDA
@@ -320,6 +321,19 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
       for (int64_t b = 0; b < nb; ++b)
         EXPECT_NEAR(got_d[size_t(b)], want_d[size_t(b)], 1e-5 * std::abs(want_d[size_t(b)]))
             << what << " block " << b;
+      // Quantized from the dot's own copy of x (RouterQ8::stash): the same bits.
+      float* xq2 = f.zeros(size_t(nb * 8), keep);
+      float* xd2 = f.zeros(size_t(nb), keep);
+      cuda::RouterQ8 q8s{xq2, xd2, table, 1200};
+      q8s.stash = true;
+      ASSERT_TRUE(cuda::router_topk(dr, dx, k, true, probs, ids[1], w, done, nullptr, dnw, 1e-6f,
+                                    nullptr, q8s))
+          << what;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      std::vector<int8_t> stash_q(static_cast<size_t>(cols));
+      f.gpu->to_host(stash_q.data(), xq2, stash_q.size());
+      EXPECT_EQ(stash_q, got_q) << what << " stash";
+      EXPECT_EQ(f.down(xd2, size_t(nb)), got_d) << what << " stash";
     }
 #endif
 }

@@ -356,6 +356,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
                        hidden, intermediate);
     rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
+    rq.stash = router_stash_;
     if (predicted == table) {  // this layer's o_proj predicted (cuda_predict.cpp)
       rq.predicted = predict_slots().ids;
       rq.counts = predict_slots().counts;

@@ -130,6 +130,9 @@ struct RouterQ8 {
   int64_t prefetch_bytes = 0;
   const int32_t* predicted = nullptr;    // [k]
   unsigned long long* counts = nullptr;  // [2]
+  // Block b quantizes its q8 block b from x's values its dot read (kept in
+  // shared memory), not loaded again after the count (MOETIER_CUDA_ROUTER_STASH=1).
+  bool stash = false;
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,

@@ -51,14 +51,16 @@ __device__ __forceinline__ float block_rstd(const float* red_ss, int64_t cols, f
 // rows (so each block normalizes x itself: no norm launch before it); nw's
 // first chunk is read before grid_wait too. red: [R + NORM][kMaxThreads / 32].
 // y (or null): thread r < R reads y[row0 + r] into *y_old right after the
-// wait, so the caller's accumulate costs no load after the dot.
+// wait, so the caller's accumulate costs no load after the dot. stash (or
+// null): [64] shared, gets x's (and with NORM nw's) columns 32 blockIdx.x ..
+// + 31 as the dot reads them (the caller reads it after the dot's syncs).
 template <int ENC, int R, bool NORM = false, int M = 0>
 __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t* sc, int64_t rows,
                                                 int64_t row0, int64_t cols, const float* x,
                                                 const float* lut, float (*red)[kMaxThreads / 32],
                                                 const float* nw = nullptr, float eps = 0.0f,
                                                 unsigned* ts = nullptr, const float* y = nullptr,
-                                                float* y_old = nullptr) {
+                                                float* y_old = nullptr, float* stash = nullptr) {
   using C = Chunk<ENC>;
   constexpr int S = R + (NORM ? 1 : 0);  // the rows, then (NORM) x's sum of squares
   const int64_t nch = cols / C::kCols;
@@ -83,6 +85,16 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
     if (i != i0) load(i);
     float xv[C::kCols];
     load_x<C::kCols>(x, i, xv);
+    if (stash) {  // x's and nw's columns of the block's q8 block (32 blockIdx.x ..)
+      const int64_t c0 = i * C::kCols - 32 * int64_t(blockIdx.x);
+      if (c0 >= 0 && c0 < 32) {
+#pragma unroll
+        for (int j = 0; j < C::kCols; ++j) {
+          stash[c0 + j] = xv[j];
+          if constexpr (NORM) stash[32 + c0 + j] = g[j];
+        }
+      }
+    }
     if constexpr (NORM) {
 #pragma unroll
       for (int j = 0; j < C::kCols; ++j) acc[R] += xv[j] * xv[j], xv[j] *= g[j];
@@ -142,15 +154,16 @@ __device__ __forceinline__ void prefetch_l2(const RouterQ8& q8) {
 template <bool NORM, int R>
 __device__ __forceinline__ void router_quantize(const float* x, const float* nw, float eps,
                                                 int64_t cols, const float (*red)[kMaxThreads / 32],
-                                                const RouterQ8& q8, int warp) {
+                                                const RouterQ8& q8, int warp, const float* stash) {
   if (int(threadIdx.x / 32) != warp) return;
   const int lane = int(threadIdx.x & 31);
   const float r = NORM ? block_rstd(red[R], cols, eps) : 1.0f;
   auto* xq = static_cast<Q8x*>(q8.xq);
   for (int64_t b = blockIdx.x; b < cols / 32; b += gridDim.x) {
     const int64_t j = 32 * b + lane;
-    float v = __ldg(x + j);
-    if constexpr (NORM) v = __ldg(nw + j) * (v * r);
+    const bool st = stash && b == blockIdx.x;  // the dot's copy: no load after the count
+    float v = st ? stash[lane] : __ldg(x + j);
+    if constexpr (NORM) v = (st ? stash[32 + lane] : __ldg(nw + j)) * (v * r);
     const float d = quantize_warp(v, xq + b);
     if (lane == 0) q8.xd[b] = d;
   }
@@ -172,12 +185,15 @@ __global__ void __launch_bounds__(kMaxThreads)
                        int32_t* ids, float* weights, unsigned* done, float* xcopy, RouterQ8 q8) {
   __shared__ float lut[16];
   __shared__ float red[R + (NORM ? 1 : 0)][kMaxThreads / 32];
+  __shared__ float stash_mem[64];  // RouterQ8::stash: x (and nw) of the block's q8 block
+  float* stash = q8.xq && q8.stash ? stash_mem : nullptr;
   if (q8.prefetch) prefetch_l2(q8);
   if constexpr (ENC == kMXFP4) fill_e2m1(lut);
   __syncthreads();
   const int64_t row0 = int64_t(blockIdx.x) * R;
   unsigned ts = 0;  // trace marks: dot, count, top-k, the block's end (a sync: trace build only)
-  const float t = block_rows_dot<ENC, R, NORM, 4>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts);
+  const float t = block_rows_dot<ENC, R, NORM, 4>(w, sc, e, row0, cols, x, lut, red, nw, eps, &ts,
+                                                  nullptr, nullptr, stash);
   auto end_mark = [ts] {
 #ifdef MOETIER_CUDA_TRACE_BUILD
     __syncthreads();
@@ -191,7 +207,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const bool last = last_block_arrive(done, gridDim.x);  // the logits visible to the last block
   trace_mark(ts, 2);
   const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
-  if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw);
+  if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw, stash);
   if (!last) return end_mark();
   if (threadIdx.x < 32) {
     int32_t pid = -1;  // in flight during the top-k
@@ -201,7 +217,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
   if (threadIdx.x == 0) *done = 0;
   trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
-  if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0);
+  if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0, stash);
   end_mark();
 }
 
