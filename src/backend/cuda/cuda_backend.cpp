@@ -145,9 +145,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ROUTER_Q8=0: x quantized for the q8 MoE kernels by a kernel
   // of its own after the router instead of inside the router (A/B).
   router_q8_ = env_int("MOETIER_CUDA_ROUTER_Q8", 0, 1, 1) == 1;
-  // MOETIER_CUDA_ROUTER_STASH=1: the router's blocks quantize x from the values
-  // their dot read, with no load after the count (RouterQ8::stash; A/B).
-  router_stash_ = env_int("MOETIER_CUDA_ROUTER_STASH", 0, 1, 0) == 1;
+  // MOETIER_CUDA_ROUTER_STASH=0: the router's blocks load x again after their
+  // count to quantize it, instead of using the values their dot read
+  // (RouterQ8::stash; A/B: +0.3% decode on one H200, docs/cuda.md).
+  router_stash_ = env_int("MOETIER_CUDA_ROUTER_STASH", 0, 1, 1) == 1;
   // MOETIER_CUDA_GRAPH_UPDATE=0: every recording instantiates its graph anew
   // instead of updating a dropped one (A/B).
   graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;

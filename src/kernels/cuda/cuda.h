@@ -131,7 +131,8 @@ struct RouterQ8 {
   const int32_t* predicted = nullptr;    // [k]
   unsigned long long* counts = nullptr;  // [2]
   // Block b quantizes its q8 block b from x's values its dot read (kept in
-  // shared memory), not loaded again after the count (MOETIER_CUDA_ROUTER_STASH=1).
+  // shared memory), not loaded again after the count (the decode step's
+  // default; MOETIER_CUDA_ROUTER_STASH=0 for A/B).
   bool stash = false;
 };
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,

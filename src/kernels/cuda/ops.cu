@@ -123,8 +123,17 @@ __device__ __forceinline__ void embed_row(const StepAdvance& a, int32_t token, f
     __syncthreads();
   }
   const auto* w = static_cast<const uint8_t*>(a.embed_w);
-  for (int64_t i = threadIdx.x; i < a.embed_cols; i += blockDim.x)
-    a.embed_out[i] = weight_at<ENC>(w, a.embed_sc, token, i, a.embed_cols, lut);
+  constexpr int U = 16;  // a thread's values in flight at once (the row is in HBM)
+  const int64_t n = a.embed_cols, step = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += U * step) {
+    float v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * step < n) v[u] = weight_at<ENC>(w, a.embed_sc, token, i0 + u * step, n, lut);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * step < n) a.embed_out[i0 + u * step] = v[u];
+  }
 }
 __device__ __forceinline__ void embed_next(const StepAdvance& a, int32_t token, float* lut) {
   switch (a.embed_enc) {
