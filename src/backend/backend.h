@@ -349,10 +349,7 @@ class Backend {
   // of its position; graph_launch_next(graph, pos) then replays the step at
   // pos on them, without waiting for the replay before it or sending anything
   // from the host; graph_token(pos) waits for the replay at pos (launched
-  // either way; the kGraphTokens latest positions are kept) and returns its
-  // *next. A recording may hold several steps: the ops after an advance are
-  // the next position's (graph_begin's pos + 1, ...), and a replay of a graph
-  // of graph_steps(g) steps at pos runs positions pos .. pos + steps - 1.
+  // either way; at most the two latest are kept) and returns its *next.
   virtual void graph_record_advance(const int32_t* next) {}
   // argmax(x, n, out), then graph_record_advance(out): a backend may do both in one launch.
   virtual void argmax_advance(const float* x, int64_t n, int32_t* out) {
@@ -361,8 +358,6 @@ class Backend {
   }
   virtual void graph_launch_next(int graph, int64_t pos) {}
   virtual int32_t graph_token(int64_t pos) { return -1; }
-  virtual int graph_steps(int graph) const { return 1; }
-  static constexpr int kGraphTokens = 16;
 };
 
 // The CPU backend (kernels/cpu, the global thread pool).

@@ -18,20 +18,13 @@ Session::Session(const Model& model, ExpertProvider& experts, int64_t capacity)
     : model_(&model), experts_(&experts), state_(model.new_state(capacity)) {
   const char* g = std::getenv("MOETIER_GRAPHS");
   graphs_off_ = g && std::string(g) == "0";
-  if (const char* k = std::getenv("MOETIER_GRAPH_STEPS")) {  // steps a greedy run's replay runs
-    const std::string v = k;
-    check(v.size() == 1 && v[0] >= '1' && v[0] <= '8', "MOETIER_GRAPH_STEPS={}: expected 1 to 8",
-          v);
-    run_steps_ = v[0] - '0';
-  }
 }
 
 Session::~Session() { drop_graph(); }
 
 void Session::drop_graph() {
   if (graph_ >= 0) model_->backend().graph_drop(graph_);
-  if (run_graph_ >= 0) model_->backend().graph_drop(run_graph_);
-  graph_ = run_graph_ = -1;
+  graph_ = -1;
 }
 
 // A graph records a one-token step on the device tables.
@@ -70,23 +63,13 @@ bool Session::decode_graph(int32_t token, bool logits) {
     const int32_t one[1] = {token};
     const int64_t size = state_->size();
     try {
-      // One step, then (run_steps_ > 1) run_steps_ steps from the same position.
-      for (int steps : {1, run_steps_}) {
-        if (steps == 1 && graph_ >= 0) continue;
-        if (steps > 1 && pos_ + steps > state_->capacity()) break;
-        be.graph_begin(pos_, state_->capacity());
-        for (int i = 0; i < steps; ++i) {
-          model_->forward(one, pos_ + i, *state_, *experts_, fo);
-          be.argmax_advance(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
-        }
-        int& slot = steps == 1 ? graph_ : run_graph_;
-        slot = be.graph_end();
-        state_->set_size(size);
-      }
+      be.graph_begin(pos_, state_->capacity());
+      model_->forward(one, pos_, *state_, *experts_, fo);
+      be.argmax_advance(device_logits_.as<float>(), vocab, device_argmax_.as<int32_t>());
+      graph_ = be.graph_end();
     } catch (const Error&) {
       be.graph_abort();
       state_->set_size(size);
-      drop_graph();
       graphs_off_ = true;
       return false;
     }
@@ -156,19 +139,17 @@ bool Session::can_decode_ahead(const ForwardOptions& opt) const {
          !experts_->device_steps_need_host();
 }
 
-void Session::launch_ahead(const int32_t* token, int graph) {
-  Backend& be = model_->backend();
-  if (graph < 0) graph = graph_;
-  const int steps = be.graph_steps(graph);
-  check(pos_ + steps <= state_->capacity(),
-        "session: {} positions + {} tokens exceed the session's capacity {}", pos_, steps,
+void Session::launch_ahead(const int32_t* token) {
+  check(pos_ + 1 <= state_->capacity(),
+        "session: {} positions + 1 token exceed the session's capacity {}", pos_,
         state_->capacity());
+  Backend& be = model_->backend();
   if (token)
-    be.graph_launch(graph, pos_, *token);
+    be.graph_launch(graph_, pos_, *token);
   else
-    be.graph_launch_next(graph, pos_);
-  state_->set_size(pos_ + steps);
-  pos_ += steps, ahead_ += steps;
+    be.graph_launch_next(graph_, pos_);
+  state_->set_size(pos_ + 1);
+  ++pos_, ++ahead_;
 }
 
 int32_t Session::take_ahead() {
@@ -198,12 +179,8 @@ int64_t Session::decode_greedy_run(int32_t token, int64_t n,
     bool go = true;
     try {
       launch_ahead(&token);
-      while (go && ahead_ > 0) {  // a replay in flight behind the one whose token is read next
-        const int64_t k = run_graph_ >= 0 ? run_steps_ : 1;  // steps of the run graph
-        if (k > 1 && ahead_ <= k && done + ahead_ + k <= n && pos_ + k <= state_->capacity())
-          launch_ahead(nullptr, run_graph_);
-        else if (ahead_ <= 1 && done + ahead_ < n && pos_ < state_->capacity())
-          launch_ahead(nullptr);
+      while (go && ahead_ > 0) {  // one step in flight behind the one whose token is read next
+        if (done + ahead_ < n && pos_ < state_->capacity()) launch_ahead(nullptr);
         token = take_ahead();
         ++done;
         go = on_token(token) && done < n;

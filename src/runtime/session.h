@@ -84,10 +84,9 @@ class Session {
   void drop_graph();
   bool can_decode_ahead(const ForwardOptions& opt) const;
   // decode_greedy_run's steps in flight: launch_ahead(token) the step for a
-  // host token, launch_ahead(nullptr, g) graph g's steps (graph_ by default)
-  // for the token the newest one makes; take_ahead() waits for the oldest
-  // and returns its token.
-  void launch_ahead(const int32_t* token, int graph = -1);
+  // host token, launch_ahead() the step for the token the newest one makes;
+  // take_ahead() waits for the oldest and returns its token.
+  void launch_ahead(const int32_t* token);
   int32_t take_ahead();
 
   const Model* model_;
@@ -97,12 +96,7 @@ class Session {
   std::vector<float> logits_;
   // Decode graphs (Backend::graph_*): recorded on the second decode step of a
   // resident model, replayed after; dropped when another forward runs.
-  // run_graph_: run_steps_ steps in one graph (MOETIER_GRAPH_STEPS, 1: none),
-  // recorded with graph_, replayed by decode_greedy_run where that many steps
-  // are left to launch (no replay boundary between its steps).
   int graph_ = -1;
-  int run_graph_ = -1;
-  int run_steps_ = 1;
   int64_t plain_decodes_ = 0;
   bool graphs_off_ = false;
   DeviceBuffer device_logits_;  // [vocab]

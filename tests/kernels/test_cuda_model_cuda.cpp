@@ -297,13 +297,11 @@ TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
   EXPECT_EQ(runs[0], std::vector<int32_t>(want.begin(), want.begin() + 20));
   EXPECT_EQ(runs[1], runs[0]);
   // The graph's argmax with its system fence, in more blocks (16 values a
-  // thread) and in one, and the step's embedding folded into the argmax
-  // (read when a backend is made)
+  // thread) and in one (read when a backend is made)
   for (const auto& [var, val] :
        std::vector<std::pair<const char*, const char*>>{{"MOETIER_CUDA_ARGMAX_FENCE", "1"},
                                                         {"MOETIER_CUDA_ARGMAX_VALUES", "16"},
-                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "64"},
-                                                        {"MOETIER_CUDA_EMBED_FOLD", "1"}}) {
+                                                        {"MOETIER_CUDA_ARGMAX_VALUES", "64"}}) {
     auto e = [&, var = var, val = val] {  // (the variable, read by the backend, restored after)
       EnvVar v(var, val);
       return engine(dir, "cuda");
@@ -319,32 +317,6 @@ TEST(CudaModel, StepsLaunchedAheadGiveThePlainTokens) {
         << var << "=" << val;
     EXPECT_EQ(g2, want) << var << "=" << val;
   }
-  // Several steps a replay (MOETIER_GRAPH_STEPS, read when a session is made):
-  // a run stopped inside a replay (its later positions taken back) and one
-  // whose tail is shorter than a replay; with the embedding folded and not.
-  for (const char* fold : {"1", "0"})
-    for (const char* k : {"3", "8"}) {
-      EnvVar ef("MOETIER_CUDA_EMBED_FOLD", fold);
-      EnvVar ks("MOETIER_GRAPH_STEPS", k);
-      auto e = engine(dir, "cuda");
-      auto s3 = e->new_session(n0 + 31);
-      std::vector<int32_t> g3{argmax(s3->prefill(ids))};
-      EXPECT_EQ(s3->decode_greedy_run(g3.back(), 30,
-                                      [&](int32_t t) {
-                                        g3.push_back(t);
-                                        return g3.size() < 14;
-                                      }),
-                13);
-      EXPECT_EQ(s3->position(), n0 + 13);
-      EXPECT_EQ(s3->decode_greedy_run(g3.back(), 17,
-                                      [&](int32_t t) {
-                                        g3.push_back(t);
-                                        return true;
-                                      }),
-                17);
-      EXPECT_EQ(s3->position(), n0 + 30);
-      EXPECT_EQ(g3, want) << "MOETIER_GRAPH_STEPS=" << k << ", fold " << fold;
-    }
 }
 
 // A 2-expert arena with a host tier that holds every expert: the mapped host

@@ -289,55 +289,6 @@ TEST(CudaOps, ArgmaxIsTheFirstMaximum) {
   }
 }
 
-// A decode graph's embedding folded into the step before's argmax
-// (MOETIER_CUDA_EMBED_FOLD=1): a recorded step embeds its token
-// (into e), adds e to y and takes the argmax of x with the advance. Replayed
-// with a host token t0, y gets row t0 (embedded before the replay) and e ends
-// as row argmax(x), the next step's input; with the fold off e stays row t0.
-// Rows against the CPU's embed, bit for bit; f32, bf16, MXFP4 and cb3 tables
-// of odd row counts, the argmax over one block and over several.
-TEST(CudaOps, FoldedEmbeddingIsTheArgmaxRow) {
-  REQUIRE_GPU();
-  std::mt19937 rng(31);
-  for (const char* fold : {"0", "1"}) {
-    EnvVar env("MOETIER_CUDA_EMBED_FOLD", fold);
-    BackendPair f;  // (its backend reads the variable)
-    for (auto enc :
-         {WeightEncoding::F32, WeightEncoding::BF16, WeightEncoding::MXFP4, WeightEncoding::CB3})
-      for (int64_t n : {int64_t(77), int64_t(20011)}) {
-        const int64_t cols = 160;
-        HostMatrix t(enc, n, cols, rng);
-        const MatView dt = f.gpu->weights(t.view, f.store);
-        auto x = randn(size_t(n), rng, 3.0f);
-        const int64_t am = std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
-        x[size_t(am)] = 40.0f;
-        const int32_t t0 = int32_t(n / 3);
-        std::vector<float> row0(static_cast<size_t>(cols)), rowm(static_cast<size_t>(cols));
-        f.cpu->embed(t.view, std::vector<int32_t>{t0}, row0.data());
-        f.cpu->embed(t.view, std::vector<int32_t>{int32_t(am)}, rowm.data());
-        std::vector<DeviceBuffer> keep;
-        float* dx = f.up(x, keep);
-        float* e = f.zeros(size_t(cols), keep);
-        float* y = f.zeros(size_t(cols), keep);
-        keep.push_back(f.gpu->alloc(4));
-        auto* id = keep.back().as<int32_t>();
-        f.gpu->graph_begin(0, 8);
-        f.gpu->embed(dt, std::vector<int32_t>{t0}, e);
-        f.gpu->add(y, e, cols);
-        f.gpu->argmax_advance(dx, n, id);
-        const int g = f.gpu->graph_end();
-        f.gpu->graph_launch(g, 0, t0);
-        f.gpu->synchronize();
-        const std::string what = std::string("fold ") + fold + ", " + std::to_string(n) +
-                                 " rows, enc " + std::to_string(int(enc));
-        EXPECT_EQ(f.down(y, size_t(cols)), row0) << what;
-        EXPECT_EQ(f.down(e, size_t(cols)), std::string(fold) == "1" ? rowm : row0) << what;
-        EXPECT_EQ(f.gpu->graph_token(0), int32_t(am)) << what;
-        f.gpu->graph_drop(g);
-      }
-  }
-}
-
 TEST(CudaOps, RouterAndEmbeddingMatchCpu) {
   REQUIRE_GPU();
   BackendPair f;

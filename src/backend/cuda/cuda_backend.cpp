@@ -191,9 +191,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   const std::string av = choice("MOETIER_CUDA_ARGMAX_VALUES", {"16", "32", "64"});
   cuda::set_argmax_values(av.empty() ? 32 : std::stoi(av));
   argmax_fence_ = choice("MOETIER_CUDA_ARGMAX_FENCE", {"0", "1"}) == "1";
-  // MOETIER_CUDA_EMBED_FOLD=1: the step before's argmax writes a decode
-  // graph's embedding row instead of a launch of its own (A/B; off until measured).
-  embed_fold_ = choice("MOETIER_CUDA_EMBED_FOLD", {"0", "1"}) == "1";
   if (const char* qr = std::getenv("MOETIER_CUDA_QKV_ROWS")) {  // A/B: rows per block of q/k/v
     const std::string v = qr;
     check(v == "1" || v == "2" || v == "4" || v == "8",
@@ -506,12 +503,6 @@ const float* CudaBackend::vector(std::span<const float> host, WeightStore& store
 void CudaBackend::embed(const MatView& table, std::span<const int32_t> tokens, float* out) {
   if (recording_) {  // the token comes from the step slot at replay
     check(tokens.size() == 1, "cuda graph: a decode step embeds one token, not {}", tokens.size());
-    if (embed_fold_ && !fold_rec_.out) {  // the step's first embed: before the replay (Fold)
-      fold_rec_ = {table, out};
-      return;
-    }
-    if (fold_taken_ && out == fold_rec_.out && table.data == fold_rec_.table.data)
-      return;  // a later step's: the argmax before it wrote the row
     const auto* tok =
         reinterpret_cast<const int32_t*>(step_dev_.as<char>() + offsetof(StepArgs, token));
     return cuda::embed(table, tok, 1, out, stream_), after("embed");
@@ -533,7 +524,7 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
   if (!step_dev_.data()) {
     step_dev_ = alloc(sizeof(StepArgs));
     step_host_ = alloc_host(sizeof(StepArgs));
-    step_ring_ = alloc_host(kGraphTokens * sizeof(int32_t));
+    step_ring_ = alloc_host(2 * sizeof(int32_t));
     for (cudaEvent_t& e : step_done_)
       cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step event");
   }
@@ -541,8 +532,6 @@ void CudaBackend::graph_begin(int64_t pos, int64_t max_positions) {
   // head_dim <= 256): nothing may be allocated while recording.
   attn_.get(*this, size_t(cuda::attention_scratch_floats(1, max_positions, 128, 256)) * 4);
   recording_ = true;
-  fold_rec_ = {}, fold_taken_ = false;
-  record_steps_ = 0;
   record_pos_ = pos;
   record_max_ = max_positions;
   join_staged();  // (stagings of a plain step that threw: joined outside the capture)
@@ -555,10 +544,6 @@ int CudaBackend::graph_end() {
   recording_ = false;
   cudaGraph_t g = nullptr;
   cuda_check(cudaStreamEndCapture(stream_, &g), "end capture");
-  if (fold_rec_.out && !fold_taken_) {  // an embed left to no argmax_advance: not replayable
-    cudaGraphDestroy(g);
-    throw Error("cuda graph: a step's embedding was folded, but no argmax_advance wrote it");
-  }
   cudaGraphExec_t exec = nullptr;
   while (!exec && !spare_graphs_.empty()) {  // a dropped graph updated to this one
     cudaGraphExec_t spare = spare_graphs_.back();
@@ -577,33 +562,15 @@ int CudaBackend::graph_end() {
   cuda_check(e, "instantiate graph");
   ++graph_counts_.recorded;
   const auto free = std::find(graphs_.begin(), graphs_.end(), nullptr);  // a dropped one's slot
-  const size_t i = size_t(free - graphs_.begin());
-  if (free == graphs_.end())
-    graphs_.push_back(nullptr), folds_.emplace_back(), graph_steps_.push_back(1);
-  graphs_[i] = exec, folds_[i] = fold_rec_, graph_steps_[i] = std::max(1, record_steps_);
-  return int(i);
-}
-
-void CudaBackend::check_replay(int graph, int64_t pos) const {
-  check(graph >= 0 && size_t(graph) < graphs_.size() && graphs_[size_t(graph)],
-        "cuda graph: no graph {}", graph);
-  const int n = graph_steps_[size_t(graph)];
-  check(pos >= 0 && pos + n <= record_max_, "cuda graph: positions {}..{} outside [0, {})", pos,
-        pos + n - 1, record_max_);
-}
-
-int CudaBackend::graph_steps(int graph) const {
-  return graph >= 0 && size_t(graph) < graph_steps_.size() ? graph_steps_[size_t(graph)] : 1;
-}
-
-// After a replay of `graph` at pos: the event of each of its positions.
-void CudaBackend::record_replay(int graph, int64_t pos) {
-  for (int i = 0; i < graph_steps_[size_t(graph)]; ++i)
-    cuda_check(cudaEventRecord(step_done_[(pos + i) & kRingMask], stream_), "step event");
+  if (free != graphs_.end()) return *free = exec, int(free - graphs_.begin());
+  graphs_.push_back(exec);
+  return int(graphs_.size() - 1);
 }
 
 void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
-  check_replay(graph, pos);
+  check(graph >= 0 && size_t(graph) < graphs_.size() && graphs_[size_t(graph)],
+        "cuda graph: no graph {}", graph);
+  check(pos >= 0 && pos < record_max_, "cuda graph: position {} outside [0, {})", pos, record_max_);
   synchronize();  // the pinned step slot may still be read by the previous replay
   auto* h = step_host_.as<StepArgs>();
   h->pos = pos;
@@ -611,21 +578,15 @@ void CudaBackend::graph_launch(int graph, int64_t pos, int32_t token) {
   cuda_check(
       cudaMemcpyAsync(step_dev_.data(), h, sizeof(StepArgs), cudaMemcpyHostToDevice, stream_),
       "step args");
-  if (const Fold& f = folds_[size_t(graph)]; f.out) {  // the host's token: embedded here
-    const auto* tok =
-        reinterpret_cast<const int32_t*>(step_dev_.as<char>() + offsetof(StepArgs, token));
-    cuda::embed(f.table, tok, 1, f.out, stream_);
-  }
   cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
-  record_replay(graph, pos);
+  cuda_check(cudaEventRecord(step_done_[pos & 1], stream_), "step event");
 }
 
 void CudaBackend::graph_record_advance(const int32_t* next) {
   check(recording_, "cuda graph: graph_record_advance outside a recording");
   auto* a = step_dev_.as<StepArgs>();
-  cuda::advance_step(&a->pos, &a->token, next, step_ring_.as<int32_t>(), kRingMask, stream_);
+  cuda::advance_step(&a->pos, &a->token, next, step_ring_.as<int32_t>(), stream_);
   after("advance step");
-  ++record_steps_, ++record_pos_;  // the ops after it are the next position's
 }
 
 // While recording, the argmax's last block advances the step (one launch).
@@ -633,30 +594,24 @@ void CudaBackend::argmax_advance(const float* x, int64_t n, int32_t* out) {
   if (!recording_) return Backend::argmax_advance(x, n, out);
   check(n > 0, "cuda argmax of no values");
   auto* a = step_dev_.as<StepArgs>();
-  cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>(), kRingMask, argmax_fence_};
-  if (fold_rec_.out) {  // the next step's embedding (Fold)
-    const MatView& t = fold_rec_.table;
-    adv.embed_w = t.data, adv.embed_sc = t.scales, adv.embed_cols = t.cols;
-    adv.embed_enc = t.enc, adv.embed_out = fold_rec_.out;
-    fold_taken_ = true;
-  }
+  const cuda::StepAdvance adv{&a->pos, &a->token, step_ring_.as<int32_t>(), argmax_fence_};
   cuda::argmax(x, n, out, &sync()->argmax, stream_, &adv), after("argmax + advance step");
-  ++record_steps_, ++record_pos_;  // the ops after it are the next position's
 }
 
 // No synchronize and no step arguments from the host: the replay before
 // (the same stream) left them.
 void CudaBackend::graph_launch_next(int graph, int64_t pos) {
-  check_replay(graph, pos);
+  check(graph >= 0 && size_t(graph) < graphs_.size() && graphs_[size_t(graph)],
+        "cuda graph: no graph {}", graph);
+  check(pos >= 0 && pos < record_max_, "cuda graph: position {} outside [0, {})", pos, record_max_);
   cuda_check(cudaGraphLaunch(graphs_[size_t(graph)], stream_), "launch graph");
-  record_replay(graph, pos);
+  cuda_check(cudaEventRecord(step_done_[pos & 1], stream_), "step event");
 }
 
 int32_t CudaBackend::graph_token(int64_t pos) {
-  check(pos >= 0 && step_done_[pos & kRingMask] != nullptr, "cuda graph: no replay at position {}",
-        pos);
-  cuda_check(cudaEventSynchronize(step_done_[pos & kRingMask]), "step");
-  return *static_cast<volatile const int32_t*>(step_ring_.as<int32_t>() + (pos & kRingMask));
+  check(step_done_[pos & 1] != nullptr, "cuda graph: no replay at position {}", pos);
+  cuda_check(cudaEventSynchronize(step_done_[pos & 1]), "step");
+  return *static_cast<volatile const int32_t*>(step_ring_.as<int32_t>() + (pos & 1));
 }
 
 void CudaBackend::graph_abort() {

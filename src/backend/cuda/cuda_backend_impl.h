@@ -93,7 +93,6 @@ class CudaBackend final : public Backend {
   void graph_record_advance(const int32_t* next) override;
   void argmax_advance(const float* x, int64_t n, int32_t* out) override;
   void graph_launch_next(int graph, int64_t pos) override;
-  int graph_steps(int graph) const override;
   int32_t graph_token(int64_t pos) override;
   void attention(const float* q, const float* k, const float* v, int64_t n_q, int64_t first_pos,
                  int64_t heads, int64_t kv_heads, int64_t hd, float scale, float* out) override;
@@ -316,28 +315,11 @@ class CudaBackend final : public Backend {
     int32_t token, pad;
   };
   bool recording_ = false;
-  void check_replay(int graph, int64_t pos) const;  // a replay of graph at pos fits
-  void record_replay(int graph, int64_t pos);       // the events of its positions
   int64_t record_pos_ = 0, record_max_ = 0;
   DeviceBuffer step_dev_, step_host_;  // [1] StepArgs device / pinned host
-  static constexpr int64_t kRingMask = kGraphTokens - 1;
-  DeviceBuffer step_ring_;  // [kGraphTokens] int32 pinned host: position p's token at p & kRingMask
-  cudaEvent_t step_done_[kGraphTokens] = {};  // the replay of position p done: p & kRingMask
-  int record_steps_ = 0;                      // advances recorded so far in this recording
+  DeviceBuffer step_ring_;             // [2] int32 pinned host: the token of position p at p & 1
+  cudaEvent_t step_done_[2] = {};      // the replay of position p done: p & 1
   std::vector<cudaGraphExec_t> graphs_;
-  std::vector<int> graph_steps_;  // [graphs_.size()] steps a replay runs (at least 1)
-  // The step's embedding, folded into the step before (MOETIER_CUDA_EMBED_FOLD=1): while recording,
-  // embed() launches nothing and argmax_advance's last block writes the next step's row;
-  // graph_launch (a token from the host) embeds it before the replay, graph_launch_next nothing
-  // (the replay before wrote it). folds_[graph]: its embed (out null: not folded).
-  struct Fold {
-    MatView table;
-    float* out = nullptr;
-  };
-  bool embed_fold_ = true;
-  Fold fold_rec_;            // the recording's embed, until argmax_advance takes it
-  bool fold_taken_ = false;  // argmax_advance took fold_rec_ in this recording
-  std::vector<Fold> folds_;  // [graphs_.size()]
   // Dropped graphs kept for the next recording to update in place
   // (cudaGraphExecUpdate: a new session's step has the same launches, only
   // its buffers differ) instead of instantiating anew; at most kSpareGraphs.

@@ -75,32 +75,21 @@ struct ArgmaxScratch {
   unsigned done;
 };
 // A decode graph's step arguments (Backend::graph_record_advance): *pos += 1,
-// *token = the step's token, ring[old pos & ring_mask] = it (host-visible
-// pinned memory).
+// *token = the step's token, ring[old pos & 1] = it (host-visible pinned memory).
 struct StepAdvance {
   int64_t* pos = nullptr;
   int32_t* token = nullptr;
   int32_t* ring = nullptr;
-  int64_t ring_mask = 1;
   // __threadfence_system() after the ring's write (MOETIER_CUDA_ARGMAX_FENCE=1;
   // not needed: the host reads the ring only after the step's event)
   bool fence = false;
-  // The next step's embedding (embed_out null: none): the last block writes
-  // embed_out [cols] = row `token` of the table, as embed() does.
-  const void* embed_w = nullptr;
-  const uint8_t* embed_sc = nullptr;
-  int64_t embed_cols = 0;
-  WeightEncoding embed_enc = WeightEncoding::F32;
-  float* embed_out = nullptr;
 };
-// adv (or null): the last block also advances the step to *out (no advance_step
-// launch) and, with adv->embed_out, embeds *out for the next step (no embed launch).
+// adv (or null): the last block also advances the step to *out (no advance_step launch).
 void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStream_t s,
             const StepAdvance* adv = nullptr);
 // The advance with *next as a launch of its own (Backend::graph_record_advance;
 // the session records argmax_advance, which argmax with adv does in one).
-void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring,
-                  int64_t ring_mask, cudaStream_t s);
+void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring, cudaStream_t s);
 
 // Router: probs [n, e] = softmax(logits) (may alias), ids/weights [n, k] the
 // top k by descending probability (ties to the lower id), weights divided by

@@ -112,42 +112,6 @@ __device__ __forceinline__ void argmax_block(float v, int32_t i, float* sv, int3
   }
 }
 
-// The next step's embedding by one block (StepAdvance::embed_out): row
-// `token` of the table, as embed_kernel<ENC> writes it. lut: 16 floats of
-// shared memory (the caller's sync before is argmax_block's).
-template <int ENC>
-__device__ __forceinline__ void embed_row(const StepAdvance& a, int32_t token, float* lut) {
-  if constexpr (ENC == kMXFP4) {
-    __syncthreads();  // every thread is past its last read of lut's memory
-    fill_e2m1(lut);
-    __syncthreads();
-  }
-  const auto* w = static_cast<const uint8_t*>(a.embed_w);
-  constexpr int U = 16;  // a thread's values in flight at once (the row is in HBM)
-  const int64_t n = a.embed_cols, step = blockDim.x;
-  for (int64_t i0 = threadIdx.x; i0 < n; i0 += U * step) {
-    float v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (i0 + u * step < n) v[u] = weight_at<ENC>(w, a.embed_sc, token, i0 + u * step, n, lut);
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (i0 + u * step < n) a.embed_out[i0 + u * step] = v[u];
-  }
-}
-__device__ __forceinline__ void embed_next(const StepAdvance& a, int32_t token, float* lut) {
-  switch (a.embed_enc) {
-    case WeightEncoding::F32:
-      return embed_row<kF32>(a, token, lut);
-    case WeightEncoding::BF16:
-      return embed_row<kBF16>(a, token, lut);
-    case WeightEncoding::MXFP4:
-      return embed_row<kMXFP4>(a, token, lut);
-    default:
-      return embed_row<kCB3>(a, token, lut);
-  }
-}
-
 // Block b scans x [b * chunk, (b + 1) * chunk) (each thread a strided slice,
 // first maximum, 8 loads in flight), writes its best to part; the last block
 // to finish (counted in *done, reset to 0 by it) reduces the partials in block
@@ -188,11 +152,10 @@ __global__ void __launch_bounds__(kArgThreads)
     if (gridDim.x > 1) sc->done = 0;
     if (adv.pos) {  // as advance_step_kernel, after every kernel of the step (grid_wait)
       const int64_t p = *adv.pos;
-      *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & adv.ring_mask] = si[0];
+      *adv.pos = p + 1, *adv.token = si[0], adv.ring[p & 1] = si[0];
       if (adv.fence) __threadfence_system();
     }
   }
-  if (adv.embed_out) embed_next(adv, si[0], sv);  // si[0]: final since argmax_block's sync
   trace_mark(ts, 2);
 }
 
@@ -247,19 +210,19 @@ void argmax(const float* x, int64_t n, int32_t* out, ArgmaxScratch* sc, cudaStre
 
 namespace {
 __global__ void advance_step_kernel(int64_t* pos, int32_t* token, const int32_t* next,
-                                    int32_t* ring, int64_t mask) {
+                                    int32_t* ring) {
   const int64_t p = *pos;
   const int32_t t = *next;
   *pos = p + 1;
   *token = t;
-  ring[p & mask] = t;
+  ring[p & 1] = t;
   __threadfence_system();
 }
 }  // namespace
 
 void advance_step(int64_t* pos, int32_t* token, const int32_t* next, int32_t* ring,
-                  int64_t ring_mask, cudaStream_t s) {
-  advance_step_kernel<<<1, 1, 0, s>>>(pos, token, next, ring, ring_mask);  // after the argmax
+                  cudaStream_t s) {
+  advance_step_kernel<<<1, 1, 0, s>>>(pos, token, next, ring);  // after argmax completes
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
