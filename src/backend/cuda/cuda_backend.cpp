@@ -149,6 +149,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // count to quantize it, instead of using the values their dot read
   // (RouterQ8::stash; A/B: +0.3% decode on one H200, docs/cuda.md).
   router_stash_ = env_int("MOETIER_CUDA_ROUTER_STASH", 0, 1, 1) == 1;
+  // MOETIER_CUDA_ROUTER_READY=1: gate/up starts on the router's count of
+  // written blocks (RouterQ8::ready), not on the router grid's completion (A/B).
+  router_ready_ = env_int("MOETIER_CUDA_ROUTER_READY", 0, 1, 0) == 1;
   // MOETIER_CUDA_GRAPH_UPDATE=0: every recording instantiates its graph anew
   // instead of updating a dropped one (A/B).
   graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;

@@ -191,6 +191,7 @@ class CudaBackend final : public Backend {
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool moe_stream_ = false;     // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
   bool router_stash_ = true;    // MOETIER_CUDA_ROUTER_STASH=1 (default; RouterQ8::stash) | 0
+  bool router_ready_ = false;   // MOETIER_CUDA_ROUTER_READY=1: RouterQ8::ready hand-off | 0
   bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
   bool argmax_fence_ = false;   // MOETIER_CUDA_ARGMAX_FENCE=0 (default) | 1
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
@@ -306,6 +307,7 @@ class CudaBackend final : public Backend {
     unsigned attn_done[256];  // decode attention, per kv head
     unsigned moe_stream[2];   // moe_stream_q8: finished tiles, finished blocks
     cuda::ArgmaxScratch argmax;
+    alignas(128) unsigned route_ready;  // RouterQ8::ready (a line of its own: polled)
   };
   DeviceBuffer sync_;  // [1] Sync
   Sync* sync() const { return sync_.as<Sync>(); }

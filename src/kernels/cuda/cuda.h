@@ -123,7 +123,14 @@ struct RouterQ8 {
   // shared memory), not loaded again after the count (the decode step's
   // default; MOETIER_CUDA_ROUTER_STASH=0 for A/B).
   bool stash = false;
+  // A hand-off that does not wait for the router grid's completion (0 before;
+  // MOETIER_CUDA_ROUTER_READY=1): every block adds 1 once its q8 blocks are
+  // written, the last block 1 more once the ids and weights are, reaching
+  // router_ready_target(rows); gate/up waits for that count (Q8Fuse::ready)
+  // and down resets it to 0.
+  unsigned* ready = nullptr;
 };
+unsigned router_ready_target(int64_t rows);
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
                  const float* norm = nullptr, float eps = 0.0f, float* x_copy = nullptr,
@@ -316,6 +323,10 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
+  // with x_ready: the router's RouterQ8::ready and its target; gate/up starts
+  // on that count, not on the router grid's completion, and down resets it
+  unsigned* ready = nullptr;
+  unsigned ready_target = 0;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

@@ -89,18 +89,19 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 
 // grid_wait<M>() also reserves M more rows for trace_mark(slot, 1..M) and
-// returns the slot (thread 0, while recording; else 0).
-template <int M = 0>
-__device__ __forceinline__ unsigned grid_wait() {
+// returns the slot (thread 0, while recording; else 0). traced_wait<M>(wait)
+// records the same around any wait (wait() runs in every thread).
+template <int M, typename W>
+__device__ __forceinline__ unsigned traced_wait(W wait) {
   unsigned slot = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOETIER_CUDA_TRACE_BUILD)
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+#if defined(__CUDA_ARCH__) && !defined(MOETIER_CUDA_TRACE_BUILD)
+  wait();
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool tr = c_trace.rows != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0;
   unsigned long long t0 = 0, at = 0;
   // The count is the trace's own: written before the wait, read by nothing of the step.
   if (tr) t0 = global_ns(), at = atomicAdd(c_trace.n, 1ull + M);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  wait();
   if (tr && at < c_trace.cap && c_trace.cap - at > M) {
     slot = unsigned(at);
     unsigned long long g;
@@ -117,8 +118,56 @@ __device__ __forceinline__ unsigned grid_wait() {
   } else {
     slot = 0;
   }
+#elif defined(__CUDA_ARCH__)
+  wait();
 #endif
   return slot;
+}
+
+// griddepcontrol.wait alone (no trace row), sm_90+.
+__device__ __forceinline__ void grid_wait_plain() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <int M = 0>
+__device__ __forceinline__ unsigned grid_wait() {
+  return traced_wait<M>([] { grid_wait_plain(); });
+}
+
+// A hand-off that does not wait for the previous grid's completion (the
+// router's RouterQ8::ready): returns once *ctr >= target, thread 0 polling
+// with gpu-scope acquire loads, then a block barrier, so what the signalling
+// threads wrote before their release adds is visible to every thread here
+// (read it through L2: ld.global.cg, never the non-coherent path). The
+// kernel must still call grid_wait_plain() in every thread before it exits
+// (its completion then implies its predecessor's: the chain stays transitive).
+__device__ __forceinline__ void poll_at_least(const unsigned* ctr, unsigned target) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
+    unsigned v = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+    } while (v < target);
+  }
+#endif
+  __syncthreads();
+}
+template <int M = 0>
+__device__ __forceinline__ unsigned flag_wait(const unsigned* ctr, unsigned target) {
+  return traced_wait<M>([=] { poll_at_least(ctr, target); });
+}
+
+// One release add of n at gpu scope (after a barrier of the writers: the
+// signal poll_at_least waits for).
+__device__ __forceinline__ void signal_add(unsigned* ctr, unsigned n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ctr), "r"(n) : "memory");
+#else
+  __threadfence();
+  atomicAdd(ctr, n);
+#endif
 }
 
 // Records the time this block's thread 0 reaches mark id (1..M of the
