@@ -195,7 +195,7 @@ template <int NW, bool READY>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre,
+                          float* hd, int early, const int32_t* pred, int npre, int l2rest,
                           const unsigned* ready, unsigned target) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
@@ -242,6 +242,17 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
+  if (pe >= 0 && l2rest) {  // the rest of the predicted rows (and their scales) toward L2
+    const int64_t from = int64_t(32 * ((npre + 1) / 2)) * 16, bytes = nb * 16;  // a row's
+    const int64_t lines = (bytes - from + 127) / 128;
+    for (int64_t j = lane; j < 2 * R * (lines + 1); j += 32) {
+      const int r = int(j / (lines + 1)), h = r / R, l = int(j % (lines + 1));
+      const auto* row = reinterpret_cast<const char*>(h == 0 ? gw : uw) + (r % R) * bytes;
+      const char* a = l < lines ? row + from + 128 * l
+                                : reinterpret_cast<const char*>(h == 0 ? gs : us) + (r % R) * nb;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+  }
   // xq comes from the kernel before; marks: dots, end
   const unsigned ts = READY ? flag_wait<2>(ready, target) : grid_wait<2>();
   grid_launch_dependents();
@@ -554,7 +565,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   unsigned* ready = fuse.x_ready ? fuse.ready : nullptr;
   using Gate =
       void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*, int64_t,
-               int64_t, Q8x*, float*, int, const int32_t*, int, const unsigned*, unsigned);
+               int64_t, Q8x*, float*, int, const int32_t*, int, int, const unsigned*, unsigned);
   static constexpr Gate kGate[2][2] = {
       {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
       {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
@@ -581,7 +592,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes, ready, fuse.ready_target);
+         g_kernels.predict_passes, g_kernels.predict_l2 ? 1 : 0, ready, fuse.ready_target);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
