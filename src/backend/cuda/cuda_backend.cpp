@@ -136,6 +136,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
   // MOETIER_CUDA_PREDICT_L2=1: ... and prefetches the rest of those rows into L2 (A/B)
   mk.predict_l2 = env_int("MOETIER_CUDA_PREDICT_L2", 0, 1, 0) == 1;
+  predict_passes_ = mk.predict_passes;
+  // MOETIER_CUDA_ATTN_L2=N: N extra blocks of each decode attention ask L2
+  // for the layer's predicted experts' first passes of gate/up (A/B; 0: off)
+  attn_l2_blocks_ = int(env_int("MOETIER_CUDA_ATTN_L2", 0, 1024, 0));
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
@@ -796,7 +800,7 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
   p.eps = eps;
   if (!legacy_decode_ &&
       cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
-                             scale, p, out, scratch, sync()->attn_done, stream_))
+                             scale, p, out, scratch, sync()->attn_done, stream_, predict_l2()))
     return after("attend_decode");
   Backend::attend_decode(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache,
                          scale, out);

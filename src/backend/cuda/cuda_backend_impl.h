@@ -254,6 +254,10 @@ class CudaBackend final : public Backend {
   std::optional<ExpertHint> hint_;
   cuda::ExpertPredict pf_;  // logits null: none pending
   int pf_table_ = -1, predicted_table_ = -1, predicted_k_ = 0;
+  int64_t pf_cols_ = 0;  // the hinted router's width (the experts' hidden)
+  // MOETIER_CUDA_ATTN_L2=N: N extra attention blocks ask L2 for the predicted
+  // experts' first predict_passes_ passes of gate/up (cuda::ExpertL2); 0: off
+  int attn_l2_blocks_ = 0, predict_passes_ = 4;
   DeviceBuffer predict_;  // PredictSlots: logits, ids, counts (allocated with the first table)
   struct PredictSlots {
     float* logits;               // [ExpertPredict::kMaxExperts]
@@ -268,6 +272,7 @@ class CudaBackend final : public Backend {
   bool predict_qkv(std::span<const MatView> ws, const float* x, const float* norm, float eps,
                    std::span<float* const> ys);
   cuda::ExpertPredict take_predict();
+  cuda::ExpertL2 predict_l2() const;
   const Table& table_at(int table, int64_t k) const;
   // Staging the next MoE layer's predicted host experts (NormAdd::next), on
   // stage_stream_, forked from stream_ after this layer's router (which

@@ -161,10 +161,11 @@ struct DecodePrep {
   const float* inv_freq = nullptr;  // [hd / 2]
   float eps = 0.0f;
 };
+struct ExpertL2;  // below: with l2.logits, attention's extra blocks prefetch predicted experts
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
                       int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
-                      unsigned* done, cudaStream_t s);
+                      unsigned* done, cudaStream_t s, const ExpertL2& l2);
 
 // One batch of SwiGLU experts (all of one encoding) on grouped tokens.
 struct ExpertPtrs {
@@ -183,6 +184,18 @@ struct ExpertPredict {
   const float* logits = nullptr;            // [e]; null: none
   int32_t* ids = nullptr;                   // [k]
   int e = 0, k = 0;
+};
+
+// A decode layer's predicted experts asked of L2 while its attention runs
+// (attention_decode's extra blocks; predict.cuh prefetch_predicted): the top
+// k of logits [e] (as ExpertPredict's o projection takes them), and of each
+// of those experts' gate and up matrices (rows of row_bytes) the bytes
+// [from, to) of every row and all of its scales (rows of scale_bytes).
+struct ExpertL2 {
+  const float* logits = nullptr;  // [e]; null: none
+  const ExpertPtrs* table = nullptr;
+  int e = 0, k = 0, blocks = 0;
+  int64_t rows = 0, row_bytes = 0, scale_bytes = 0, from = 0, to = 0;
 };
 
 // One entry of a resident expert table set (write_table_entries).
