@@ -84,9 +84,13 @@ __device__ __forceinline__ void prefetch_predicted(const ExpertL2& l, int b, uin
       len = sbytes - o < kPiece ? sbytes - o : kPiece;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a),
-                 "r"(unsigned(len + 15) & ~15u)
-                 : "memory");
+    // 16-byte bounds, inside [a, a + len) but for the first bytes below a
+    // (regions need not be aligned; an allocation's base is)
+    const auto a0 = reinterpret_cast<uintptr_t>(a) & ~uintptr_t(15);
+    const auto a1 = (reinterpret_cast<uintptr_t>(a) + uintptr_t(len)) & ~uintptr_t(15);
+    if (a1 > a0)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a0), "r"(unsigned(a1 - a0))
+                   : "memory");
 #else
     for (int64_t o = 0; o < len; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + o));
 #endif
