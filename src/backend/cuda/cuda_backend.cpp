@@ -135,7 +135,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // the predicted experts before its wait (A/B)
   mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
   // MOETIER_CUDA_PREDICT_L2=1: ... and prefetches the rest of those rows into L2 (A/B)
-  mk.predict_l2 = env_int("MOETIER_CUDA_PREDICT_L2", 0, 1, 0) == 1;
+  predict_l2_ = env_int("MOETIER_CUDA_PREDICT_L2", 0, 1, 0) == 1;
   predict_passes_ = mk.predict_passes;
   // MOETIER_CUDA_ATTN_L2=N: N extra blocks of each decode attention ask L2
   // for the layer's predicted experts' first passes of gate/up (A/B; 0: off)

@@ -369,13 +369,19 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                            stream_, f.norm, f.eps, xc, rq))
       return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden,
                            intermediate, f, stage);
-    after("router_topk_rmsnorm");
+    try {
+      after("router_topk_rmsnorm");
+    } catch (...) {  // no down will reset the router's count
+      if (rq.ready) (void)cudaMemsetAsync(rq.ready, 0, sizeof(unsigned), stream_);
+      throw;
+    }
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
   cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
   qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
   qf.ready = rq.ready, qf.ready_target = cuda::router_ready_target(router.rows);
+  qf.predict_l2 = predict_l2_;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   if (rq.ready)  // no down to reset the router's count

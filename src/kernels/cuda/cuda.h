@@ -340,6 +340,9 @@ struct Q8Fuse {
   // on that count, not on the router grid's completion, and down resets it
   unsigned* ready = nullptr;
   unsigned ready_target = 0;
+  // with predicted: gate/up also asks L2 for the rest of its predicted rows
+  // (and their scales) before its wait (MOETIER_CUDA_PREDICT_L2=1)
+  bool predict_l2 = false;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {
@@ -371,9 +374,6 @@ struct MoeQ8Kernels {
   // with Q8Fuse::predicted: how many of gate/up's first four passes (gate and
   // up rows of its first two chunks) it starts before its wait (1..4)
   int predict_passes = 4;
-  // with Q8Fuse::predicted: gate/up also asks L2 for the rest of its
-  // predicted rows (and their scales) before its wait (MOETIER_CUDA_PREDICT_L2=1)
-  bool predict_l2 = false;
 };
 // Every decode kernel's preferred shared-memory carveout, percent (0..100);
 // -1 (the default): no preference (MOETIER_CUDA_CARVEOUT; launch.cuh).

@@ -142,6 +142,19 @@ __global__ void __launch_bounds__(kQuantThreads)
 __device__ __forceinline__ void reset_ready(unsigned* ready) {
   if (ready && blockIdx.x == 0 && threadIdx.x == 0) *ready = 0;
 }
+// Down, before its early reads of the router's ids and weights, where gate/up
+// started on the router's count (the router grid may not have completed): an
+// acquire load of the count (at its target until reset_ready) by the threads
+// that read them (rank_slot's, j < k), so the router's release covers them.
+__device__ __forceinline__ void ready_seen(const unsigned* ready) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  if (ready && threadIdx.x < 32) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ready) : "memory");
+    asm volatile("" ::"r"(v));  // (the value is not needed: the load's order is)
+  }
+#endif
+}
 
 // The slot of the router's ids [k] whose expert the gate/up block of grid row
 // `slot` computes, where that block started on pred[slot] (Q8Fuse::predicted):
@@ -244,7 +257,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
   if (pe >= 0 && l2rest) {  // the rest of the predicted rows (and their scales) toward L2
     const int64_t from = int64_t(32 * ((npre + 1) / 2)) * 16, bytes = nb * 16;  // a row's
-    const int64_t lines = (bytes - from + 127) / 128;
+    const int64_t lines = bytes > from ? (bytes - from + 127) / 128 : 0;        // (+ a scales line)
     for (int64_t j = lane; j < 2 * R * (lines + 1); j += 32) {
       const int r = int(j / (lines + 1)), h = r / R, l = int(j % (lines + 1));
       const auto* row = reinterpret_cast<const char*>(h == 0 ? gw : uw) + (r % R) * bytes;
@@ -343,7 +356,7 @@ __global__ void __launch_bounds__(kDownWarps * 32)
       if (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk);  // ids: two or three launches back
+  if (early) ready_seen(ready), rank_experts(table, ids, weights, k, rk);  // ids: 2-3 back
   if (early && row0 < hidden) load(0);
   grid_wait();  // h comes from the kernel before
   grid_launch_dependents();
@@ -407,7 +420,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: two or three back
+  if (early) ready_seen(ready), rank_experts(table, ids, weights, k, rk), load(0);  // 2-3 back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   reset_ready(ready);
@@ -487,7 +500,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
     cp_async_commit();
   };
-  if (early) rank_experts(table, ids, weights, k, rk), load();  // ids: two or three back
+  if (early) ready_seen(ready), rank_experts(table, ids, weights, k, rk), load();  // 2-3 back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: group 0, end
   grid_launch_dependents();
   reset_ready(ready);
@@ -592,7 +605,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes, g_kernels.predict_l2 ? 1 : 0, ready, fuse.ready_target);
+         g_kernels.predict_passes, fuse.predict_l2 ? 1 : 0, ready, fuse.ready_target);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

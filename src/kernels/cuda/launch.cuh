@@ -30,6 +30,13 @@
 //    (A persistent kernel with a grid barrier would have to call it only after
 //    its barrier: a dependent started before every block of a persistent grid
 //    is resident could hold the SM a missing block needs.)
+//  - one more exception, opt-in (MOETIER_CUDA_ROUTER_READY=1, decode_q8.cu):
+//    gate/up waits for the router's count of written blocks (flag_wait: a
+//    release add per router block, an acquire poll per gate/up block)
+//    instead of the router grid's completion, triggers down after that, and
+//    calls grid_wait_plain() at its end; down acquires the count before its
+//    early reads of the router's ids and resets it after its own wait. Three
+//    grids (the router's last blocks, gate/up, down) may then be resident.
 // Outside a PDL launch (<<<>>>, or MOETIER_CUDA_PDL=0) both are no-ops.
 // Below sm_90 they compile to nothing, so launch() asks for PDL only when the
 // build targets sm_90 or later alone (MOETIER_CUDA_MIN_ARCH, from CMake's
@@ -147,9 +154,11 @@ __device__ __forceinline__ void poll_at_least(const unsigned* ctr, unsigned targ
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
     unsigned v = 0;
-    do {
+    for (;;) {  // (a short sleep between polls: the signalling adds share the line)
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-    } while (v < target);
+      if (v >= target) break;
+      __nanosleep(32);
+    }
   }
 #endif
   __syncthreads();
