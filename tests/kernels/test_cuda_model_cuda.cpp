@@ -231,48 +231,6 @@ TEST(CudaModel, UpdatedDecodeGraphsChangeNothing) {
   }
 }
 
-// Switches that change no bit of decode (q8, the fused router), each against
-// the defaults, with and without predicted experts, graphs and plain steps,
-// over many layers and steps:
-//  - MOETIER_CUDA_ROUTER_READY=1: gate/up starts on the router's count of
-//    written blocks, down resets it (a count left set would let a later
-//    layer's gate/up read x's codes before its router wrote them);
-//  - MOETIER_CUDA_PREDICT_L2=1: gate/up asks L2 for the rest of its
-//    predicted rows before its wait (hints);
-//  - MOETIER_CUDA_ATTN_L2=N: N extra attention blocks take the predicted
-//    experts' top k and ask L2 for their first passes (hints).
-TEST(CudaModel, HandOffAndPrefetchSwitchesChangeNothing) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
-  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
-  const Tokenizer tok = Tokenizer::load(dir);
-  ActMode act("q8");
-  for (const char* predict : {"early", "off"}) {
-    EnvVar pr("MOETIER_CUDA_PREDICT", predict);
-    const auto plain = engine(dir, "cuda");
-    for (const auto& [var, val] :
-         {std::pair{"MOETIER_CUDA_ROUTER_READY", "1"}, std::pair{"MOETIER_CUDA_PREDICT_L2", "1"},
-          std::pair{"MOETIER_CUDA_ATTN_L2", "3"}}) {
-      std::unique_ptr<Engine> other;
-      {
-        EnvVar on(var, val);
-        other = engine(dir, "cuda");
-      }
-      for (const char* graphs : {"1", "0"}) {
-        EnvVar g("MOETIER_GRAPHS", graphs);
-        for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
-                              "It is a truth universally acknowledged, that a single man"}) {
-          const auto ids = tok.encode(p);
-          std::vector<std::vector<float>> la, lb;
-          EXPECT_EQ(greedy_steps(*other, ids, 32, la), greedy_steps(*plain, ids, 32, lb))
-              << var << " " << predict << " " << p;
-          EXPECT_EQ(la, lb) << var << "=" << val << ", MOETIER_CUDA_PREDICT=" << predict
-                            << ", MOETIER_GRAPHS=" << graphs << ", " << p;
-        }
-      }
-    }
-  }
-}
-
 // Greedy decode with the argmax on the device (graphs) gives the tokens of
 // the host argmax of plain steps' logits.
 TEST(CudaModel, DeviceArgmaxGivesTheHostGreedyTokens) {

@@ -134,12 +134,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_PREDICT_PASSES=N: gate/up starts N of its first 4 passes of
   // the predicted experts before its wait (A/B)
   mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
-  // MOETIER_CUDA_PREDICT_L2=1: ... and prefetches the rest of those rows into L2 (A/B)
-  predict_l2_ = env_int("MOETIER_CUDA_PREDICT_L2", 0, 1, 0) == 1;
-  predict_passes_ = mk.predict_passes;
-  // MOETIER_CUDA_ATTN_L2=N: N extra blocks of each decode attention ask L2
-  // for the layer's predicted experts' first passes of gate/up (A/B; 0: off)
-  attn_l2_blocks_ = int(env_int("MOETIER_CUDA_ATTN_L2", 0, 1024, 0));
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
@@ -155,9 +149,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // count to quantize it, instead of using the values their dot read
   // (RouterQ8::stash; A/B: +0.3% decode on one H200, docs/cuda.md).
   router_stash_ = env_int("MOETIER_CUDA_ROUTER_STASH", 0, 1, 1) == 1;
-  // MOETIER_CUDA_ROUTER_READY=1: gate/up starts on the router's count of
-  // written blocks (RouterQ8::ready), not on the router grid's completion (A/B).
-  router_ready_ = env_int("MOETIER_CUDA_ROUTER_READY", 0, 1, 0) == 1;
   // MOETIER_CUDA_GRAPH_UPDATE=0: every recording instantiates its graph anew
   // instead of updating a dropped one (A/B).
   graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;
@@ -800,7 +791,7 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
   p.eps = eps;
   if (!legacy_decode_ &&
       cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
-                             scale, p, out, scratch, sync()->attn_done, stream_, predict_l2()))
+                             scale, p, out, scratch, sync()->attn_done, stream_))
     return after("attend_decode");
   Backend::attend_decode(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache,
                          scale, out);

@@ -24,13 +24,11 @@
 // Graph mode: with d_pos non-null, the query's position is *d_pos (the
 // host's first_pos is only the capture-time value): the grid covers
 // max_positions, and splits past the position do nothing.
-#include <algorithm>
 #include <cfloat>
 #include <utility>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/predict.cuh"
 #include "kernels/cuda/rowdot.cuh"
 
 namespace moetier::cuda {
@@ -399,20 +397,13 @@ template <int HPW, int HD>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
-                       float* scratch, DecodePrep prep, unsigned* done, ExpertL2 l2) {
+                       float* scratch, DecodePrep prep, unsigned* done) {
   extern __shared__ float4 smem4[];
   const int hd = HD ? HD : int(hd_rt);
   const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
   int64_t tps = 0, splits = 0;
   decode_layout(len, tps, splits);
-  // grid rows past S (kv head 0's only): l2's blocks
-  const int64_t sp = blockIdx.y, S = gridDim.y - (l2.logits ? l2.blocks : 0), g = blockIdx.x;
-  if (sp >= S) {
-    grid_wait();  // the logits come from the kernel before
-    grid_launch_dependents();
-    if (g == 0) prefetch_predicted(l2, int(sp - S), reinterpret_cast<uint32_t*>(smem4));
-    return;
-  }
+  const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
   const int G = int(heads / kvh);
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int ld = hd + 4, nd4 = hd / 4;
@@ -445,7 +436,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
       cs[2 * hd + hd / 2 + i] = float(sin(double(angle)));
     }
   }
-  const unsigned ts = grid_wait<5>();  // trace marks: input, prep, tiles, partials, merge
+  const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
@@ -453,13 +444,11 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
     if (one_round) t.put(ks, vs, c0, nd4, ld, 0);  // (rows below pr: not the new ones)
     __syncthreads();  // cs, qs, the new k / v rows and the tile written
-    trace_mark(ts, 1);
     decode_prep(k, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, ld);
   } else {
     load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
-    trace_mark(ts, 1);
   }
-  trace_mark(ts, 2);
+  trace_mark(ts, 1);
   float m[HPW], l[HPW];
   float4 acc[HPW][2];  // dims 4 (lane + 32 c) .. + 3, c < 2 (hd <= 256)
 #pragma unroll
@@ -487,7 +476,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
-  trace_mark(ts, 3);
+  trace_mark(ts, 2);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     const int hl = warp + hh * nw;
@@ -504,9 +493,9 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     }
     if (splits > 1 && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
-  trace_mark(ts, 4);
+  trace_mark(ts, 3);
   if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
-  trace_mark(ts, 5);
+  trace_mark(ts, 4);
 }
 
 bool decode_applies(int64_t n_q, int64_t heads, int64_t kvh, int64_t hd) {
@@ -521,18 +510,16 @@ int64_t decode_grid_splits(int64_t positions) {
 template <int HPW, int HD>
 void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                    int64_t S, int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
-                   float* scratch, const DecodePrep& prep, unsigned* done, const ExpertL2& l2,
-                   cudaStream_t s) {
+                   float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
-  if (l2.logits) smem = std::max(smem, size_t(l2.e + l2.k) * sizeof(uint32_t));
+  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
-  const dim3 grid{unsigned(kvh), unsigned(S + (l2.logits ? l2.blocks : 0))};
+  const dim3 grid{unsigned(kvh), unsigned(S)};
   launch(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos,
-         d_pos, heads, kvh, hd, scale, out, scratch, prep, done, l2);
+         d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
 }
 }  // namespace
 
@@ -572,7 +559,7 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
                   hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
     // Without prep.k_new the kernel writes no cache row: k and v are only read.
     return decode_hpw(hpw, hd, q, const_cast<float*>(k), const_cast<float*>(v), first_pos, d_pos, S,
-                      heads, kv_heads, hd, scale, out, scratch, DecodePrep{}, done, ExpertL2{}, s);
+                      heads, kv_heads, hd, scale, out, scratch, DecodePrep{}, done, s);
   }
   const int64_t splits = splits_for(n_q, len);
   const int64_t split_len = (len + splits - 1) / splits;
@@ -585,17 +572,14 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
                       int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
-                      unsigned* done, cudaStream_t s, const ExpertL2& l2) {
+                      unsigned* done, cudaStream_t s) {
   if (!decode_applies(1, heads, kv_heads, hd) || !prep.k_new || !prep.v_new || !prep.inv_freq)
     return false;
-  const bool pl = l2.logits && l2.table && l2.blocks >= 1 && l2.blocks <= 1024 && l2.e >= 1 &&
-                  l2.e <= ExpertPredict::kMaxExperts && l2.k >= 1 && l2.k <= l2.e && l2.from >= 0 &&
-                  l2.from < l2.to && l2.to <= l2.row_bytes;
   const int64_t len = d_pos ? max_positions : pos + 1;
   const int64_t S = decode_grid_splits(len),
                 hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
   decode_hpw(hpw, hd, q, k_cache, v_cache, pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
-             prep, done, pl ? l2 : ExpertL2{}, s);
+             prep, done, s);
   return true;
 }
 
