@@ -453,7 +453,7 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
 // tiles, each next one in flight in registers while the warps attend to the
 // current one; with more than one split the last block of each kv head merges
 // (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
-template <int HPW, int HD>
+template <int HPW, int HD, bool CL>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
@@ -498,11 +498,13 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   }
   const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
-  const int C = prep.cluster > 1 ? prep.cluster : 0;  // the cluster merge's size
+  // the cluster merge's size (0: none), and this block's cluster
+  const int C = CL ? prep.cluster : 0;
+  const int64_t ci = CL ? sp / prep.cluster : 0, NC = CL ? S / prep.cluster : 0;
   if (!live) {  // a block of a live cluster takes part in its merge
-    if (C && (sp / C) * C < splits)
-      cluster_merge(reinterpret_cast<const float*>(smem4), g, G, hd, splits, C, sp / C, S / C,
-                    scratch, done, out);
+    if (CL && ci * C < splits)
+      cluster_merge(reinterpret_cast<const float*>(smem4), g, G, hd, splits, C, ci, NC, scratch,
+                    done, out);
     return;
   }
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
@@ -561,8 +563,8 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     if ((splits > 1 || C) && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
   trace_mark(ts, 3);
-  if (C)
-    cluster_merge(ks, g, G, hd, splits, C, sp / C, S / C, scratch, done, out);
+  if (CL)
+    cluster_merge(ks, g, G, hd, splits, C, ci, NC, scratch, done, out);
   else if (splits > 1)
     decode_merge(scratch, g, G, S, splits, hd, done, out, unsigned(splits));
   trace_mark(ts, 4);
@@ -584,19 +586,18 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
   const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(smem));
-  // The cluster merge: the splits rounded up to whole clusters (the extra
-  // blocks are splits past the length)
+  // The cluster merge (its own kernel: the plain one keeps its registers):
+  // the splits rounded up to whole clusters (the extra blocks are splits past
+  // the length)
   const int64_t C = prep.cluster > 1 ? prep.cluster : 0;
-  if (C > 8)
-    cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>,
-                         cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  const auto kernel = C ? attn_decode_kernel<HPW, HD, true> : attn_decode_kernel<HPW, HD, false>;
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (C > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (C) S = (S + C - 1) / C * C;
   const dim3 grid{unsigned(kvh), unsigned(S)};
-  launch_cluster(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, unsigned(C), q,
-                 k, v, first_pos, d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
+  launch_cluster(kernel, grid, unsigned(32 * warps), smem, s, unsigned(C), q, k, v, first_pos,
+                 d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
 }
 }  // namespace
 
