@@ -189,34 +189,6 @@ TEST(CudaModel, DecodeGraphsChangeNothing) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], graphed[i]) << "step " << i;
 }
 
-// Attention's splits merged in thread block clusters
-// (MOETIER_CUDA_ATTN_CLUSTER=16 and 2): the CPU engine's greedy tokens, and
-// decode graphs give the plain steps' bits.
-TEST(CudaModel, ClusterMergedAttentionKeepsTokensAndGraphBits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
-  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
-  const Tokenizer tok = Tokenizer::load(dir);
-  auto cpu = engine(dir, "cpu");
-  for (const char* cl : {"16", "2"}) {
-    EnvVar c("MOETIER_CUDA_ATTN_CLUSTER", cl);
-    auto gpu = engine(dir, "cuda");
-    expect_same_greedy(*cpu, *gpu, tok, 32, std::string(", cluster ") + cl);
-    const auto ids = tok.encode("for i := 0; i < len(buf); i++ {");
-    std::vector<std::vector<float>> plain, graphed;
-    std::vector<int32_t> tp, tg;
-    {
-      EnvVar g("MOETIER_GRAPHS", "0");
-      tp = greedy_steps(*gpu, ids, 40, plain);
-    }
-    {
-      EnvVar g("MOETIER_GRAPHS", "1");
-      tg = greedy_steps(*gpu, ids, 40, graphed);
-    }
-    EXPECT_EQ(tp, tg) << "cluster " << cl;
-    EXPECT_EQ(plain, graphed) << "cluster " << cl;
-  }
-}
-
 // A dropped decode graph updated in place by the next recording
 // (cudaGraphExecUpdate; Backend::graph_counts) gives the plain steps' bits:
 // three sessions one after another on one engine, of different capacities

@@ -134,13 +134,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_PREDICT_PASSES=N: gate/up starts N of its first 4 passes of
   // the predicted experts before its wait (A/B)
   mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
-  // MOETIER_CUDA_ATTN_CLUSTER=C (2, 4, 8 or 16): decode attention merges its
-  // splits in thread block clusters of C blocks (A/B; 0: the counter merge)
-  attn_cluster_ = int(env_int("MOETIER_CUDA_ATTN_CLUSTER", 0, 16, 0));
-  check(attn_cluster_ <= 1 ||
-            ((attn_cluster_ & (attn_cluster_ - 1)) == 0 && cuda::attention_cluster_supported()),
-        "MOETIER_CUDA_ATTN_CLUSTER={}: expected 0, 2, 4, 8 or 16, in a build for sm_90+ only",
-        attn_cluster_);
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
@@ -795,7 +788,7 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
   float* scratch = attention_scratch(1, pos, nh, nkv, hd);
   cuda::DecodePrep p;
   p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,
-  p.eps = eps, p.cluster = attn_cluster_;
+  p.eps = eps;
   if (!legacy_decode_ &&
       cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
                              scale, p, out, scratch, sync()->attn_done, stream_))

@@ -253,7 +253,6 @@ class CudaBackend final : public Backend {
   std::optional<ExpertHint> hint_;
   cuda::ExpertPredict pf_;  // logits null: none pending
   int pf_table_ = -1, predicted_table_ = -1, predicted_k_ = 0;
-  int attn_cluster_ = 0;  // MOETIER_CUDA_ATTN_CLUSTER: DecodePrep::cluster
   DeviceBuffer predict_;  // PredictSlots: logits, ids, counts (allocated with the first table)
   struct PredictSlots {
     float* logits;               // [ExpertPredict::kMaxExperts]

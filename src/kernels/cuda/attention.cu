@@ -24,9 +24,6 @@
 // Graph mode: with d_pos non-null, the query's position is *d_pos (the
 // host's first_pos is only the capture-time value): the grid covers
 // max_positions, and splits past the position do nothing.
-#include <cooperative_groups.h>
-
-#include <algorithm>
 #include <cfloat>
 #include <utility>
 
@@ -286,14 +283,14 @@ __device__ __forceinline__ void norm_rope_row(float* y, const float* w, int hd, 
   __syncwarp();
 }
 
-// The last of a kv head's `arrivals` blocks to finish (counted in done[g],
-// reset to 0 by it) merges the splits of the group's heads from the partials
-// (rows of hd + 4 floats: acc [hd], max, sum; at stride S per head): warp w
-// takes heads w, w + nw, ..., lane j the splits j and j + 32 for the max and
-// the sum, then its float4 of dims over all splits, 16 loads at a time (S <= 64).
+// The last of a kv head's split blocks to finish (counted in done[g], reset to
+// 0 by it) merges the splits of the group's heads from the partials (rows of
+// hd + 4 floats: acc [hd], max, sum; at stride S per head): warp w takes heads
+// w, w + nw, ..., lane j the splits j and j + 32 for the max and the sum, then
+// its float4 of dims over all splits, 16 loads at a time (S <= 64).
 __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t S, int64_t splits,
-                             int64_t hd, unsigned* done, float* out, unsigned arrivals) {
-  if (!last_block_arrive(&done[g], arrivals)) return;  // every split's partials visible
+                             int64_t hd, unsigned* done, float* out) {
+  if (!last_block_arrive(&done[g], unsigned(splits))) return;  // every split's partials visible
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int64_t ps = hd + 4, nd4 = hd / 4;  // a partial: acc [hd], max, sum (16-byte rows)
   for (int64_t hl = warp; hl < G; hl += nw) {
@@ -349,63 +346,6 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
   if (threadIdx.x == 0) done[g] = 0;
 }
 
-// The cluster merge (DecodePrep::cluster = C > 1, sm_90+): the splits of a kv
-// head come in clusters of C blocks along y, cluster ci holding splits ci C ..
-// ci C + C - 1; each live split's block has left its partials (acc [hd], max,
-// sum: rows of hd + 4 floats per group head) in its shared memory, part_s.
-// After a cluster barrier (release / acquire at cluster scope) warp w of rank
-// r merges heads r + C w, r + C (w + nw), ... from the live ranks' partials
-// through distributed shared memory, in rank order (lane j: rank j's max and
-// sum). With one live cluster (splits <= C) that is the output; otherwise the
-// cluster's merged partial goes to scratch (stride NC = clusters a head) and
-// the last of the live clusters' blocks merges those (decode_merge). A second
-// barrier keeps every rank's shared memory alive until its peers have read
-// it. Every block of a live cluster calls this, live splits or not; blocks of
-// clusters past the length have returned. The merge order is a function of
-// the length and C only (graph replays and plain steps agree).
-__device__ void cluster_merge(const float* part_s, int64_t g, int G, int hd, int64_t splits, int C,
-                              int64_t ci, int64_t NC, float* scratch, unsigned* done, float* out) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  cg::cluster_group cl = cg::this_cluster();
-  const int nr = int(splits - ci * C < C ? splits - ci * C : C);  // live ranks here
-  const int64_t ncl = (splits + C - 1) / C;
-  const int rank = int(cl.block_rank()), ps = hd + 4, nd4 = hd / 4;
-  const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  cl.sync();  // every rank's partials written
-  for (int hl = rank + C * warp; hl < G; hl += C * nw) {
-    const float* pj = lane < nr ? cl.map_shared_rank(part_s, lane) + hl * ps : nullptr;
-    const float mj = lane < nr ? pj[hd] : -FLT_MAX, lj = lane < nr ? pj[hd + 1] : 0.0f;
-    float M = mj;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    const float e = lane < nr ? expf(mj - M) : 0.0f;
-    const float L = warp_sum(lj * e);
-    const int64_t h = g * G + hl;
-    float* dst = ncl == 1 ? out + h * hd : scratch + (h * NC + ci) * ps;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {  // dims 4 (lane + 32 c) .. + 3 (hd <= 256)
-      const int d4 = lane + 32 * c;
-      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int j = 0; j < nr; ++j) {  // every lane shuffles
-        const float w = __shfl_sync(0xffffffffu, e, j);
-        if (d4 < nd4) {
-          const float4 v =
-              *reinterpret_cast<const float4*>(cl.map_shared_rank(part_s, j) + hl * ps + 4 * d4);
-          a.x += v.x * w, a.y += v.y * w, a.z += v.z * w, a.w += v.w * w;
-        }
-      }
-      if (d4 < nd4)
-        *reinterpret_cast<float4*>(dst + 4 * d4) =
-            ncl == 1 ? make_float4(a.x / L, a.y / L, a.z / L, a.w / L) : a;
-    }
-    if (ncl > 1 && lane == 0) dst[hd] = M, dst[hd + 1] = L;
-  }
-  cl.sync();  // no rank leaves while a peer reads its shared memory
-  if (ncl > 1) decode_merge(scratch, g, G, NC, ncl, hd, done, out, unsigned(ncl * C));
-#endif
-}
-
 // Attention's input steps inside the decode kernel (DecodePrep), after
 // grid_wait. decode_new_kv, by the block of the last split only, while the
 // block's q rows are read (one round trip for both): this token's v row of its
@@ -453,7 +393,7 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
 // tiles, each next one in flight in registers while the warps attend to the
 // current one; with more than one split the last block of each kv head merges
 // (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
-template <int HPW, int HD, bool CL>
+template <int HPW, int HD>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
@@ -498,15 +438,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   }
   const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
-  // the cluster merge's size (0: none), and this block's cluster
-  const int C = CL ? prep.cluster : 0;
-  const int64_t ci = CL ? sp / prep.cluster : 0, NC = CL ? S / prep.cluster : 0;
-  if (!live) {  // a block of a live cluster takes part in its merge
-    if (CL && ci * C < splits)
-      cluster_merge(reinterpret_cast<const float*>(smem4), g, G, hd, splits, C, ci, NC, scratch,
-                    done, out);
-    return;
-  }
+  if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
   if (fused) {
     if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
@@ -545,28 +477,24 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     }
   }
   trace_mark(ts, 2);
-  if (C) __syncthreads();  // the tiles consumed: the partials go where they were
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     const int hl = warp + hh * nw;
     if (hl >= G) break;
     const int64_t h = g * G + hl;
-    float* part = C ? ks + hl * (hd + 4) : scratch + (h * S + sp) * (hd + 4);  // acc, max, sum
+    float* part = scratch + (h * S + sp) * (hd + 4);  // acc [hd], max, sum
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int d4 = lane + 32 * c;
       if (d4 >= nd4) continue;
       float4 a = acc[hh][c];
-      if (splits == 1 && !C) a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
-      *reinterpret_cast<float4*>((splits == 1 && !C ? out + h * hd : part) + 4 * d4) = a;
+      if (splits == 1) a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
+      *reinterpret_cast<float4*>((splits == 1 ? out + h * hd : part) + 4 * d4) = a;
     }
-    if ((splits > 1 || C) && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
+    if (splits > 1 && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
   trace_mark(ts, 3);
-  if (CL)
-    cluster_merge(ks, g, G, hd, splits, C, ci, NC, scratch, done, out);
-  else if (splits > 1)
-    decode_merge(scratch, g, G, S, splits, hd, done, out, unsigned(splits));
+  if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
   trace_mark(ts, 4);
 }
 
@@ -586,18 +514,12 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
   const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
-  // The cluster merge (its own kernel: the plain one keeps its registers):
-  // the splits rounded up to whole clusters (the extra blocks are splits past
-  // the length)
-  const int64_t C = prep.cluster > 1 ? prep.cluster : 0;
-  const auto kernel = C ? attn_decode_kernel<HPW, HD, true> : attn_decode_kernel<HPW, HD, false>;
   if (smem > 48 * 1024)
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (C > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (C) S = (S + C - 1) / C * C;
+    cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};
-  launch_cluster(kernel, grid, unsigned(32 * warps), smem, s, unsigned(C), q, k, v, first_pos,
-                 d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
+  launch(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos,
+         d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
 }
 }  // namespace
 
@@ -646,8 +568,6 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
                                             out, scratch, split_len);
   if (splits > 1) attn_combine<<<unsigned(heads), 128, 0, s>>>(scratch, splits, hd, out);
 }
-
-bool attention_cluster_supported() { return MOETIER_CUDA_MIN_ARCH >= 90; }
 
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,

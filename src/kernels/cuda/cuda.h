@@ -153,12 +153,7 @@ struct DecodePrep {
   const float* k_norm = nullptr;    // [hd] or null
   const float* inv_freq = nullptr;  // [hd / 2]
   float eps = 0.0f;
-  // Splits merged in thread block clusters of this many blocks (2, 4, 8 or 16;
-  // sm_90+, not with ExpertL2's blocks; 0: the counter merge alone)
-  int cluster = 0;
 };
-// Whether this build can merge in clusters (it targets sm_90+ only).
-bool attention_cluster_supported();
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
                       int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,

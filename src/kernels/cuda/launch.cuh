@@ -204,17 +204,12 @@ inline int current_device_sms() {
   });
 }
 
-// launch_cluster: the same, in thread block clusters of cluster_y blocks along
-// y (sm_90+; grid.y a multiple of it; 0 or 1: no cluster attribute).
 template <typename... P, typename... A>
-void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                    unsigned cluster_y, A&&... args) {
-  cudaLaunchAttribute attr[2];
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed =
       MOETIER_CUDA_MIN_ARCH >= 90 && pdl_enabled() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = 1, attr[1].val.clusterDim.y = cluster_y, attr[1].val.clusterDim.z = 1;
   apply_carveout(reinterpret_cast<const void*>(kernel));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
@@ -222,12 +217,8 @@ void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cu
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = cluster_y > 1 ? 2 : 1;
+  cfg.numAttrs = 1;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // checked by the backend
-}
-template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
-  launch_cluster(kernel, grid, block, smem, s, 0u, std::forward<A>(args)...);
 }
 
 }  // namespace moetier::cuda
