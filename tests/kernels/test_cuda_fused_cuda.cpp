@@ -155,17 +155,19 @@ TEST(CudaFused, MatmulAddMatchesCpu) {
 // back with x written by a kernel right before each; both activation modes
 // (q8: the fused kernels; f32: the default composition of CUDA ops), and with
 // the fused kernels on (MOETIER_CUDA_FUSE=1; x quantized by the router,
-// MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0) and off (0: the
+// MOETIER_CUDA_ROUTER_Q8=1, or by a kernel of its own, 0; "1y": gate/up
+// started by the router's count, MOETIER_CUDA_ROUTER_READY=1) and off (0: the
 // default composition); probs within 1e-5 of the CPU's, as the weights.
 TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
   REQUIRE_GPU();
   struct Case {
     int64_t experts, k, H, I;
   };
-  for (const char* fuse : {"1", "1r", "0"})
+  for (const char* fuse : {"1", "1r", "1y", "0"})
     for (const char* mode : {"q8", "f32"}) {
       EnvVar env("MOETIER_CUDA_FUSE", fuse[0] == '1' ? "1" : "0");
       EnvVar rq8("MOETIER_CUDA_ROUTER_Q8", fuse[1] == 'r' ? "0" : "1");
+      EnvVar ready("MOETIER_CUDA_ROUTER_READY", fuse[1] == 'y' ? "1" : "0");
       ActMode act(mode);
       BackendPair f;
       std::mt19937 rng(47);

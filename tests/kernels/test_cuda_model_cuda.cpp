@@ -189,6 +189,34 @@ TEST(CudaModel, DecodeGraphsChangeNothing) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], graphed[i]) << "step " << i;
 }
 
+// Attention's splits merged in thread block clusters
+// (MOETIER_CUDA_ATTN_CLUSTER=16 and 2): the CPU engine's greedy tokens, and
+// decode graphs give the plain steps' bits.
+TEST(CudaModel, ClusterMergedAttentionKeepsTokensAndGraphBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  auto cpu = engine(dir, "cpu");
+  for (const char* cl : {"16", "2"}) {
+    EnvVar c("MOETIER_CUDA_ATTN_CLUSTER", cl);
+    auto gpu = engine(dir, "cuda");
+    expect_same_greedy(*cpu, *gpu, tok, 32, std::string(", cluster ") + cl);
+    const auto ids = tok.encode("for i := 0; i < len(buf); i++ {");
+    std::vector<std::vector<float>> plain, graphed;
+    std::vector<int32_t> tp, tg;
+    {
+      EnvVar g("MOETIER_GRAPHS", "0");
+      tp = greedy_steps(*gpu, ids, 40, plain);
+    }
+    {
+      EnvVar g("MOETIER_GRAPHS", "1");
+      tg = greedy_steps(*gpu, ids, 40, graphed);
+    }
+    EXPECT_EQ(tp, tg) << "cluster " << cl;
+    EXPECT_EQ(plain, graphed) << "cluster " << cl;
+  }
+}
+
 // A dropped decode graph updated in place by the next recording
 // (cudaGraphExecUpdate; Backend::graph_counts) gives the plain steps' bits:
 // three sessions one after another on one engine, of different capacities
@@ -228,6 +256,48 @@ TEST(CudaModel, UpdatedDecodeGraphsChangeNothing) {
     const auto c1 = gpu->backend().graph_counts();
     EXPECT_EQ(c1->recorded - c0->recorded, 3u) << update;
     EXPECT_EQ(c1->updated - c0->updated, update[0] == '1' ? 2u : 0u) << update;
+  }
+}
+
+// Switches that change no bit of decode (q8, the fused router), each against
+// the defaults, with and without predicted experts, graphs and plain steps,
+// over many layers and steps:
+//  - MOETIER_CUDA_ROUTER_READY=1: gate/up starts on the router's count of
+//    written blocks, down resets it (a count left set would let a later
+//    layer's gate/up read x's codes before its router wrote them);
+//  - MOETIER_CUDA_PREDICT_L2=1: gate/up asks L2 for the rest of its
+//    predicted rows before its wait (hints);
+//  - MOETIER_CUDA_ATTN_L2=N: N extra attention blocks take the predicted
+//    experts' top k and ask L2 for their first passes (hints).
+TEST(CudaModel, HandOffAndPrefetchSwitchesChangeNothing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
+  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
+  const Tokenizer tok = Tokenizer::load(dir);
+  ActMode act("q8");
+  for (const char* predict : {"early", "off"}) {
+    EnvVar pr("MOETIER_CUDA_PREDICT", predict);
+    const auto plain = engine(dir, "cuda");
+    for (const auto& [var, val] :
+         {std::pair{"MOETIER_CUDA_ROUTER_READY", "1"}, std::pair{"MOETIER_CUDA_PREDICT_L2", "1"},
+          std::pair{"MOETIER_CUDA_ATTN_L2", "3"}}) {
+      std::unique_ptr<Engine> other;
+      {
+        EnvVar on(var, val);
+        other = engine(dir, "cuda");
+      }
+      for (const char* graphs : {"1", "0"}) {
+        EnvVar g("MOETIER_GRAPHS", graphs);
+        for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
+                              "It is a truth universally acknowledged, that a single man"}) {
+          const auto ids = tok.encode(p);
+          std::vector<std::vector<float>> la, lb;
+          EXPECT_EQ(greedy_steps(*other, ids, 32, la), greedy_steps(*plain, ids, 32, lb))
+              << var << " " << predict << " " << p;
+          EXPECT_EQ(la, lb) << var << "=" << val << ", MOETIER_CUDA_PREDICT=" << predict
+                            << ", MOETIER_GRAPHS=" << graphs << ", " << p;
+        }
+      }
+    }
   }
 }
 

@@ -202,12 +202,9 @@ TEST(CudaOps, AttentionMatchesCpuForDecodeSplitsAndPrefill) {
     }
 }
 
-// One decode token's per-head steps and attention in one launch (the last
-// block of each kv head merging the splits) against the CPU's composition:
-// the output and the cache rows written at the token's position. One backend
-// for every case, so each launch must leave the block counters at 0.
-TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
-  REQUIRE_GPU();
+// The cases of FusedDecodeAttentionMatchesCpu on one backend (made under
+// the caller's environment); tag names the variant.
+void fused_decode_attention_cases(const std::string& tag) {
   BackendPair f;
   std::mt19937 rng(23);
   struct Heads {
@@ -222,7 +219,7 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
     // 2100, 2144 and 4990: more tiles than splits, so the last split's block
     // finds the token's position in a later tile than its first (2144: as
     // that tile's only row).
-    for (int64_t pos : {0, 31, 32, 1700, 2100, 2144, 2145, 4990, 4999}) {
+    for (int64_t pos : {0, 31, 32, 255, 300, 600, 1700, 2100, 2144, 2145, 4990, 4999}) {
       const bool norms = ++c % 3 != 0;  // every third case without q/k norms
       const int64_t nh = s.heads, nkv = s.kvh, hd = s.hd, row = nkv * hd, cap = pos + 3;
       auto q = randn(size_t(nh * hd), rng), k = randn(size_t(row), rng),
@@ -249,7 +246,7 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
       f.gpu->attend_decode(dq, dk, dv, dqn, dkn, nh, nkv, hd, 1e-6f, pos, dinv, dkc, dvc, 0.117f,
                            dout);
       const std::string what = std::to_string(nh) + "/" + std::to_string(nkv) + " of " +
-                               std::to_string(hd) + " at " + std::to_string(pos);
+                               std::to_string(hd) + " at " + std::to_string(pos) + tag;
       EXPECT_LE(rel_err(f.down(dout, q.size()), ref), 1e-5) << what;
       EXPECT_EQ(f.down(dvc, vc.size()), vc) << what;  // row pos is v, the others untouched
       EXPECT_LE(rel_err(f.down(dkc, kc.size()), kc), 1e-6) << what;
@@ -257,6 +254,27 @@ TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
       const std::vector<float> rk(kc.begin() + pos * row, kc.begin() + (pos + 1) * row);
       EXPECT_LE(rel_err(gk, rk), 1e-6) << what;
     }
+}
+
+// One decode token's per-head steps and attention in one launch (the last
+// block of each kv head merging the splits) against the CPU's composition:
+// the output and the cache rows written at the token's position. One backend
+// for every case, so each launch must leave the block counters at 0. Also
+// with the splits merged in clusters (MOETIER_CUDA_ATTN_CLUSTER, where the
+// build allows it) of 16, 8 and 2 blocks: one cluster (positions up to 511
+// at 16), several, ranks past the length in a live cluster.
+TEST(CudaOps, FusedDecodeAttentionMatchesCpu) {
+  REQUIRE_GPU();
+  for (const char* cl : {"16", "8", "2", "0"}) {
+    EnvVar env("MOETIER_CUDA_ATTN_CLUSTER", cl);
+    try {
+      BackendPair probe;  // a build below sm_90 refuses the variable
+    } catch (const Error& e) {
+      ASSERT_NE(std::string(e.what()).find("sm_90+"), std::string::npos) << e.what();
+      continue;
+    }
+    fused_decode_attention_cases(std::string(", cluster ") + cl);
+  }
 }
 
 // The first maximum over one to several blocks, with the maximum repeated

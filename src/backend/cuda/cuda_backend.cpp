@@ -134,6 +134,19 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_PREDICT_PASSES=N: gate/up starts N of its first 4 passes of
   // the predicted experts before its wait (A/B)
   mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
+  // MOETIER_CUDA_PREDICT_L2=1: ... and prefetches the rest of those rows into L2 (A/B)
+  predict_l2_ = env_int("MOETIER_CUDA_PREDICT_L2", 0, 1, 0) == 1;
+  predict_passes_ = mk.predict_passes;
+  // MOETIER_CUDA_ATTN_L2=N: N extra blocks of each decode attention ask L2
+  // for the layer's predicted experts' first passes of gate/up (A/B; 0: off)
+  attn_l2_blocks_ = int(env_int("MOETIER_CUDA_ATTN_L2", 0, 1024, 0));
+  // MOETIER_CUDA_ATTN_CLUSTER=C (2, 4, 8 or 16): decode attention merges its
+  // splits in thread block clusters of C blocks (A/B; 0: the counter merge)
+  attn_cluster_ = int(env_int("MOETIER_CUDA_ATTN_CLUSTER", 0, 16, 0));
+  check(attn_cluster_ <= 1 || ((attn_cluster_ & (attn_cluster_ - 1)) == 0 &&
+                               cuda::attention_cluster_supported()),
+        "MOETIER_CUDA_ATTN_CLUSTER={}: expected 0, 2, 4, 8 or 16, in a build for sm_90+ only",
+        attn_cluster_);
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as
@@ -149,6 +162,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // count to quantize it, instead of using the values their dot read
   // (RouterQ8::stash; A/B: +0.3% decode on one H200, docs/cuda.md).
   router_stash_ = env_int("MOETIER_CUDA_ROUTER_STASH", 0, 1, 1) == 1;
+  // MOETIER_CUDA_ROUTER_READY=1: gate/up starts on the router's count of
+  // written blocks (RouterQ8::ready), not on the router grid's completion (A/B).
+  router_ready_ = env_int("MOETIER_CUDA_ROUTER_READY", 0, 1, 0) == 1;
   // MOETIER_CUDA_GRAPH_UPDATE=0: every recording instantiates its graph anew
   // instead of updating a dropped one (A/B).
   graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;
@@ -788,10 +804,10 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
   float* scratch = attention_scratch(1, pos, nh, nkv, hd);
   cuda::DecodePrep p;
   p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,
-  p.eps = eps;
+  p.eps = eps, p.cluster = attn_cluster_;
   if (!legacy_decode_ &&
       cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
-                             scale, p, out, scratch, sync()->attn_done, stream_))
+                             scale, p, out, scratch, sync()->attn_done, stream_, predict_l2()))
     return after("attend_decode");
   Backend::attend_decode(q, k, v, q_norm, k_norm, nh, nkv, hd, eps, pos, inv_freq, k_cache, v_cache,
                          scale, out);

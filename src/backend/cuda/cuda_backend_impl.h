@@ -191,6 +191,7 @@ class CudaBackend final : public Backend {
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool moe_stream_ = false;     // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
   bool router_stash_ = true;    // MOETIER_CUDA_ROUTER_STASH=1 (default; RouterQ8::stash) | 0
+  bool router_ready_ = false;   // MOETIER_CUDA_ROUTER_READY=1: RouterQ8::ready hand-off | 0
   bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
   bool argmax_fence_ = false;   // MOETIER_CUDA_ARGMAX_FENCE=0 (default) | 1
   // MOETIER_CUDA_SKIP=op,...: a profiling aid that leaves decode ops out (their
@@ -253,7 +254,13 @@ class CudaBackend final : public Backend {
   std::optional<ExpertHint> hint_;
   cuda::ExpertPredict pf_;  // logits null: none pending
   int pf_table_ = -1, predicted_table_ = -1, predicted_k_ = 0;
-  DeviceBuffer predict_;  // PredictSlots: logits, ids, counts (allocated with the first table)
+  int64_t pf_cols_ = 0;  // the hinted router's width (the experts' hidden)
+  // MOETIER_CUDA_ATTN_L2=N: N extra attention blocks ask L2 for the predicted
+  // experts' first predict_passes_ passes of gate/up (cuda::ExpertL2); 0: off
+  int attn_l2_blocks_ = 0, predict_passes_ = 4;
+  int attn_cluster_ = 0;  // MOETIER_CUDA_ATTN_CLUSTER: DecodePrep::cluster
+  bool predict_l2_ = false;  // MOETIER_CUDA_PREDICT_L2=1: cuda::Q8Fuse::predict_l2
+  DeviceBuffer predict_;     // PredictSlots: logits, ids, counts (allocated with the first table)
   struct PredictSlots {
     float* logits;               // [ExpertPredict::kMaxExperts]
     int32_t* ids;                // [ExpertPredict::kMaxK]
@@ -267,6 +274,7 @@ class CudaBackend final : public Backend {
   bool predict_qkv(std::span<const MatView> ws, const float* x, const float* norm, float eps,
                    std::span<float* const> ys);
   cuda::ExpertPredict take_predict();
+  cuda::ExpertL2 predict_l2() const;
   const Table& table_at(int table, int64_t k) const;
   // Staging the next MoE layer's predicted host experts (NormAdd::next), on
   // stage_stream_, forked from stream_ after this layer's router (which
@@ -306,6 +314,7 @@ class CudaBackend final : public Backend {
     unsigned attn_done[256];  // decode attention, per kv head
     unsigned moe_stream[2];   // moe_stream_q8: finished tiles, finished blocks
     cuda::ArgmaxScratch argmax;
+    alignas(128) unsigned route_ready;  // RouterQ8::ready (a line of its own: polled)
   };
   DeviceBuffer sync_;  // [1] Sync
   Sync* sync() const { return sync_.as<Sync>(); }

@@ -357,6 +357,8 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                        hidden, intermediate);
     rq = {xs.xq, xs.xd, p, int64_t(t.num_experts * sizeof(cuda::ExpertPtrs))};
     rq.stash = router_stash_;
+    // gate/up right after the router (no staging copy of x in between)
+    if (router_ready_ && !xc) rq.ready = &sync()->route_ready;
     if (predicted == table) {  // this layer's o_proj predicted (cuda_predict.cpp)
       rq.predicted = predict_slots().ids;
       rq.counts = predict_slots().counts;
@@ -367,14 +369,23 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                            stream_, f.norm, f.eps, xc, rq))
       return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden,
                            intermediate, f, stage);
-    after("router_topk_rmsnorm");
+    try {
+      after("router_topk_rmsnorm");
+    } catch (...) {  // no down will reset the router's count
+      if (rq.ready) (void)cudaMemsetAsync(rq.ready, 0, sizeof(unsigned), stream_);
+      throw;
+    }
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
   cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
   qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
+  qf.ready = rq.ready, qf.ready_target = cuda::router_ready_target(router.rows);
+  qf.predict_l2 = predict_l2_;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
+  if (rq.ready)  // no down to reset the router's count
+    cuda_check(cudaMemsetAsync(rq.ready, 0, sizeof(unsigned), stream_), "router count");
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)
   moe_ptrs(t, p, ids, weights, k, f.xn, hidden, intermediate, f.tmp);
   add(x, f.tmp, hidden);

@@ -12,6 +12,7 @@
 // has its router count how many of them it chose and its gate/up start on
 // them (Q8Fuse::predicted), and ends the layer's hint. Any other op order
 // just drops the hint: no result depends on it.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -76,6 +77,7 @@ bool CudaBackend::predict_qkv(std::span<const MatView> ws, const float* x, const
   pf_.e = int(h.router->rows);
   pf_.k = int(h.k);
   pf_table_ = h.table;
+  pf_cols_ = h.router->cols;
   return true;
 }
 
@@ -83,6 +85,19 @@ CudaBackend::PredictSlots CudaBackend::predict_slots() const {
   uint8_t* p = predict_.as<uint8_t>();
   return {reinterpret_cast<float*>(p), reinterpret_cast<int32_t*>(p + PredictSlots::kIds),
           reinterpret_cast<unsigned long long*>(p + PredictSlots::kCounts)};
+}
+
+// attend_decode's share of the pending prediction (after predict_qkv, before
+// the o projection takes it): the first passes gate/up copies before its wait.
+cuda::ExpertL2 CudaBackend::predict_l2() const {
+  cuda::ExpertL2 l;
+  if (!pf_.logits || attn_l2_blocks_ < 1 || pf_table_ < 0) return l;
+  const Table& t = tables_[size_t(pf_table_)];
+  l.logits = pf_.logits, l.table = t.ptrs.as<cuda::ExpertPtrs>();
+  l.e = pf_.e, l.k = pf_.k, l.blocks = attn_l2_blocks_;
+  l.rows = t.inter, l.row_bytes = pf_cols_ / 2, l.scale_bytes = pf_cols_ / 32;  // MXFP4
+  l.from = 0, l.to = std::min<int64_t>(l.row_bytes, 512 * ((predict_passes_ + 1) / 2));
+  return l;
 }
 
 cuda::ExpertPredict CudaBackend::take_predict() {

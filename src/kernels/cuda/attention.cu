@@ -24,11 +24,15 @@
 // Graph mode: with d_pos non-null, the query's position is *d_pos (the
 // host's first_pos is only the capture-time value): the grid covers
 // max_positions, and splits past the position do nothing.
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cfloat>
 #include <utility>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/predict.cuh"
 #include "kernels/cuda/rowdot.cuh"
 
 namespace moetier::cuda {
@@ -283,14 +287,14 @@ __device__ __forceinline__ void norm_rope_row(float* y, const float* w, int hd, 
   __syncwarp();
 }
 
-// The last of a kv head's split blocks to finish (counted in done[g], reset to
-// 0 by it) merges the splits of the group's heads from the partials (rows of
-// hd + 4 floats: acc [hd], max, sum; at stride S per head): warp w takes heads
-// w, w + nw, ..., lane j the splits j and j + 32 for the max and the sum, then
-// its float4 of dims over all splits, 16 loads at a time (S <= 64).
+// The last of a kv head's `arrivals` blocks to finish (counted in done[g],
+// reset to 0 by it) merges the splits of the group's heads from the partials
+// (rows of hd + 4 floats: acc [hd], max, sum; at stride S per head): warp w
+// takes heads w, w + nw, ..., lane j the splits j and j + 32 for the max and
+// the sum, then its float4 of dims over all splits, 16 loads at a time (S <= 64).
 __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t S, int64_t splits,
-                             int64_t hd, unsigned* done, float* out) {
-  if (!last_block_arrive(&done[g], unsigned(splits))) return;  // every split's partials visible
+                             int64_t hd, unsigned* done, float* out, unsigned arrivals) {
+  if (!last_block_arrive(&done[g], arrivals)) return;  // every split's partials visible
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int64_t ps = hd + 4, nd4 = hd / 4;  // a partial: acc [hd], max, sum (16-byte rows)
   for (int64_t hl = warp; hl < G; hl += nw) {
@@ -346,6 +350,63 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
   if (threadIdx.x == 0) done[g] = 0;
 }
 
+// The cluster merge (DecodePrep::cluster = C > 1, sm_90+): the splits of a kv
+// head come in clusters of C blocks along y, cluster ci holding splits ci C ..
+// ci C + C - 1; each live split's block has left its partials (acc [hd], max,
+// sum: rows of hd + 4 floats per group head) in its shared memory, part_s.
+// After a cluster barrier (release / acquire at cluster scope) warp w of rank
+// r merges heads r + C w, r + C (w + nw), ... from the live ranks' partials
+// through distributed shared memory, in rank order (lane j: rank j's max and
+// sum). With one live cluster (splits <= C) that is the output; otherwise the
+// cluster's merged partial goes to scratch (stride NC = clusters a head) and
+// the last of the live clusters' blocks merges those (decode_merge). A second
+// barrier keeps every rank's shared memory alive until its peers have read
+// it. Every block of a live cluster calls this, live splits or not; blocks of
+// clusters past the length have returned. The merge order is a function of
+// the length and C only (graph replays and plain steps agree).
+__device__ void cluster_merge(const float* part_s, int64_t g, int G, int hd, int64_t splits, int C,
+                              int64_t ci, int64_t NC, float* scratch, unsigned* done, float* out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  const int nr = int(splits - ci * C < C ? splits - ci * C : C);  // live ranks here
+  const int64_t ncl = (splits + C - 1) / C;
+  const int rank = int(cl.block_rank()), ps = hd + 4, nd4 = hd / 4;
+  const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
+  cl.sync();  // every rank's partials written
+  for (int hl = rank + C * warp; hl < G; hl += C * nw) {
+    const float* pj = lane < nr ? cl.map_shared_rank(part_s, lane) + hl * ps : nullptr;
+    const float mj = lane < nr ? pj[hd] : -FLT_MAX, lj = lane < nr ? pj[hd + 1] : 0.0f;
+    float M = mj;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    const float e = lane < nr ? expf(mj - M) : 0.0f;
+    const float L = warp_sum(lj * e);
+    const int64_t h = g * G + hl;
+    float* dst = ncl == 1 ? out + h * hd : scratch + (h * NC + ci) * ps;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {  // dims 4 (lane + 32 c) .. + 3 (hd <= 256)
+      const int d4 = lane + 32 * c;
+      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int j = 0; j < nr; ++j) {  // every lane shuffles
+        const float w = __shfl_sync(0xffffffffu, e, j);
+        if (d4 < nd4) {
+          const float4 v =
+              *reinterpret_cast<const float4*>(cl.map_shared_rank(part_s, j) + hl * ps + 4 * d4);
+          a.x += v.x * w, a.y += v.y * w, a.z += v.z * w, a.w += v.w * w;
+        }
+      }
+      if (d4 < nd4)
+        *reinterpret_cast<float4*>(dst + 4 * d4) =
+            ncl == 1 ? make_float4(a.x / L, a.y / L, a.z / L, a.w / L) : a;
+    }
+    if (ncl > 1 && lane == 0) dst[hd] = M, dst[hd + 1] = L;
+  }
+  cl.sync();  // no rank leaves while a peer reads its shared memory
+  if (ncl > 1) decode_merge(scratch, g, G, NC, ncl, hd, done, out, unsigned(ncl * C));
+#endif
+}
+
 // Attention's input steps inside the decode kernel (DecodePrep), after
 // grid_wait. decode_new_kv, by the block of the last split only, while the
 // block's q rows are read (one round trip for both): this token's v row of its
@@ -397,13 +458,20 @@ template <int HPW, int HD>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
-                       float* scratch, DecodePrep prep, unsigned* done) {
+                       float* scratch, DecodePrep prep, unsigned* done, ExpertL2 l2) {
   extern __shared__ float4 smem4[];
   const int hd = HD ? HD : int(hd_rt);
   const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
   int64_t tps = 0, splits = 0;
   decode_layout(len, tps, splits);
-  const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
+  // grid rows past S (kv head 0's only): l2's blocks
+  const int64_t sp = blockIdx.y, S = gridDim.y - (l2.logits ? l2.blocks : 0), g = blockIdx.x;
+  if (sp >= S) {
+    grid_wait();  // the logits come from the kernel before
+    grid_launch_dependents();
+    if (g == 0) prefetch_predicted(l2, int(sp - S), reinterpret_cast<uint32_t*>(smem4));
+    return;
+  }
   const int G = int(heads / kvh);
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int ld = hd + 4, nd4 = hd / 4;
@@ -436,19 +504,27 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
       cs[2 * hd + hd / 2 + i] = float(sin(double(angle)));
     }
   }
-  const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
+  const unsigned ts = grid_wait<5>();  // trace marks: input, prep, tiles, partials, merge
   grid_launch_dependents();
-  if (!live) return;
+  const int C = prep.cluster > 1 && !l2.logits ? prep.cluster : 0;  // the cluster merge's size
+  if (!live) {  // a block of a live cluster takes part in its merge
+    if (C && (sp / C) * C < splits)
+      cluster_merge(reinterpret_cast<const float*>(smem4), g, G, hd, splits, C, sp / C, S / C,
+                    scratch, done, out);
+    return;
+  }
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
   if (fused) {
     if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
     if (one_round) t.put(ks, vs, c0, nd4, ld, 0);  // (rows below pr: not the new ones)
     __syncthreads();  // cs, qs, the new k / v rows and the tile written
+    trace_mark(ts, 1);
     decode_prep(k, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, ld);
   } else {
     load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
+    trace_mark(ts, 1);
   }
-  trace_mark(ts, 1);
+  trace_mark(ts, 2);
   float m[HPW], l[HPW];
   float4 acc[HPW][2];  // dims 4 (lane + 32 c) .. + 3, c < 2 (hd <= 256)
 #pragma unroll
@@ -476,26 +552,30 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
-  trace_mark(ts, 2);
+  trace_mark(ts, 3);
+  if (C) __syncthreads();  // the tiles consumed: the partials go where they were
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     const int hl = warp + hh * nw;
     if (hl >= G) break;
     const int64_t h = g * G + hl;
-    float* part = scratch + (h * S + sp) * (hd + 4);  // acc [hd], max, sum
+    float* part = C ? ks + hl * (hd + 4) : scratch + (h * S + sp) * (hd + 4);  // acc, max, sum
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int d4 = lane + 32 * c;
       if (d4 >= nd4) continue;
       float4 a = acc[hh][c];
-      if (splits == 1) a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
-      *reinterpret_cast<float4*>((splits == 1 ? out + h * hd : part) + 4 * d4) = a;
+      if (splits == 1 && !C) a.x /= l[hh], a.y /= l[hh], a.z /= l[hh], a.w /= l[hh];
+      *reinterpret_cast<float4*>((splits == 1 && !C ? out + h * hd : part) + 4 * d4) = a;
     }
-    if (splits > 1 && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
+    if ((splits > 1 || C) && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
-  trace_mark(ts, 3);
-  if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
   trace_mark(ts, 4);
+  if (C)
+    cluster_merge(ks, g, G, hd, splits, C, sp / C, S / C, scratch, done, out);
+  else if (splits > 1)
+    decode_merge(scratch, g, G, S, splits, hd, done, out, unsigned(splits));
+  trace_mark(ts, 5);
 }
 
 bool decode_applies(int64_t n_q, int64_t heads, int64_t kvh, int64_t hd) {
@@ -510,16 +590,25 @@ int64_t decode_grid_splits(int64_t positions) {
 template <int HPW, int HD>
 void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                    int64_t S, int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
-                   float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
+                   float* scratch, const DecodePrep& prep, unsigned* done, const ExpertL2& l2,
+                   cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
+  size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
+  if (l2.logits) smem = std::max(smem, size_t(l2.e + l2.k) * sizeof(uint32_t));
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
-  const dim3 grid{unsigned(kvh), unsigned(S)};
-  launch(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos,
-         d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
+  // The cluster merge: the splits rounded up to whole clusters (the extra
+  // blocks are splits past the length)
+  const int64_t C = prep.cluster > 1 && !l2.logits ? prep.cluster : 0;
+  if (C > 8)
+    cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>,
+                         cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (C) S = (S + C - 1) / C * C;
+  const dim3 grid{unsigned(kvh), unsigned(S + (l2.logits ? l2.blocks : 0))};
+  launch_cluster(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, unsigned(C), q,
+                 k, v, first_pos, d_pos, heads, kvh, hd, scale, out, scratch, prep, done, l2);
 }
 }  // namespace
 
@@ -559,7 +648,7 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
                   hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
     // Without prep.k_new the kernel writes no cache row: k and v are only read.
     return decode_hpw(hpw, hd, q, const_cast<float*>(k), const_cast<float*>(v), first_pos, d_pos, S,
-                      heads, kv_heads, hd, scale, out, scratch, DecodePrep{}, done, s);
+                      heads, kv_heads, hd, scale, out, scratch, DecodePrep{}, done, ExpertL2{}, s);
   }
   const int64_t splits = splits_for(n_q, len);
   const int64_t split_len = (len + splits - 1) / splits;
@@ -569,17 +658,22 @@ void attention(const float* q, const float* k, const float* v, int64_t n_q, int6
   if (splits > 1) attn_combine<<<unsigned(heads), 128, 0, s>>>(scratch, splits, hd, out);
 }
 
+bool attention_cluster_supported() { return MOETIER_CUDA_MIN_ARCH >= 90; }
+
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
                       int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
-                      unsigned* done, cudaStream_t s) {
+                      unsigned* done, cudaStream_t s, const ExpertL2& l2) {
   if (!decode_applies(1, heads, kv_heads, hd) || !prep.k_new || !prep.v_new || !prep.inv_freq)
     return false;
+  const bool pl = l2.logits && l2.table && l2.blocks >= 1 && l2.blocks <= 1024 && l2.e >= 1 &&
+                  l2.e <= ExpertPredict::kMaxExperts && l2.k >= 1 && l2.k <= l2.e && l2.from >= 0 &&
+                  l2.from < l2.to && l2.to <= l2.row_bytes;
   const int64_t len = d_pos ? max_positions : pos + 1;
   const int64_t S = decode_grid_splits(len),
                 hpw = (heads / kv_heads + kMaxGroupWarps - 1) / kMaxGroupWarps;
   decode_hpw(hpw, hd, q, k_cache, v_cache, pos, d_pos, S, heads, kv_heads, hd, scale, out, scratch,
-             prep, done, s);
+             prep, done, pl ? l2 : ExpertL2{}, s);
   return true;
 }
 

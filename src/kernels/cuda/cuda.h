@@ -123,7 +123,14 @@ struct RouterQ8 {
   // shared memory), not loaded again after the count (the decode step's
   // default; MOETIER_CUDA_ROUTER_STASH=0 for A/B).
   bool stash = false;
+  // A hand-off that does not wait for the router grid's completion (0 before;
+  // MOETIER_CUDA_ROUTER_READY=1): every block adds 1 once its q8 blocks are
+  // written, the last block 1 more once the ids and weights are, reaching
+  // router_ready_target(rows); gate/up waits for that count (Q8Fuse::ready)
+  // and down resets it to 0.
+  unsigned* ready = nullptr;
 };
+unsigned router_ready_target(int64_t rows);
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, float* probs,
                  int32_t* ids, float* weights, unsigned* done, cudaStream_t s,
                  const float* norm = nullptr, float eps = 0.0f, float* x_copy = nullptr,
@@ -153,11 +160,17 @@ struct DecodePrep {
   const float* k_norm = nullptr;    // [hd] or null
   const float* inv_freq = nullptr;  // [hd / 2]
   float eps = 0.0f;
+  // Splits merged in thread block clusters of this many blocks (2, 4, 8 or 16;
+  // sm_90+, not with ExpertL2's blocks; 0: the counter merge alone)
+  int cluster = 0;
 };
+// Whether this build can merge in clusters (it targets sm_90+ only).
+bool attention_cluster_supported();
+struct ExpertL2;  // below: with l2.logits, attention's extra blocks prefetch predicted experts
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
                       int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
-                      unsigned* done, cudaStream_t s);
+                      unsigned* done, cudaStream_t s, const ExpertL2& l2);
 
 // One batch of SwiGLU experts (all of one encoding) on grouped tokens.
 struct ExpertPtrs {
@@ -176,6 +189,18 @@ struct ExpertPredict {
   const float* logits = nullptr;            // [e]; null: none
   int32_t* ids = nullptr;                   // [k]
   int e = 0, k = 0;
+};
+
+// A decode layer's predicted experts asked of L2 while its attention runs
+// (attention_decode's extra blocks; predict.cuh prefetch_predicted): the top
+// k of logits [e] (as ExpertPredict's o projection takes them), and of each
+// of those experts' gate and up matrices (rows of row_bytes) the bytes
+// [from, to) of every row and all of its scales (rows of scale_bytes).
+struct ExpertL2 {
+  const float* logits = nullptr;  // [e]; null: none
+  const ExpertPtrs* table = nullptr;
+  int e = 0, k = 0, blocks = 0;
+  int64_t rows = 0, row_bytes = 0, scale_bytes = 0, from = 0, to = 0;
 };
 
 // One entry of a resident expert table set (write_table_entries).
@@ -316,6 +341,13 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
+  // with x_ready: the router's RouterQ8::ready and its target; gate/up starts
+  // on that count, not on the router grid's completion, and down resets it
+  unsigned* ready = nullptr;
+  unsigned ready_target = 0;
+  // with predicted: gate/up also asks L2 for the rest of its predicted rows
+  // (and their scales) before its wait (MOETIER_CUDA_PREDICT_L2=1)
+  bool predict_l2 = false;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

@@ -178,6 +178,9 @@ __device__ __forceinline__ void router_quantize(const float* x, const float* nw,
 // one warp after its top-k), so the count, and with it the top-k, does not
 // wait for the quantization (before the count: 0.7-0.9% slower decode on one
 // H100, bench/results/h100-stop40-switches-ab.json).
+// With q8.ready, each block adds 1 to it once its q8 block is written, and
+// the last block 1 more once the ids and weights are: gate/up waits for
+// router_ready_target(rows) instead of this grid's completion.
 template <int ENC, int V, bool NORM, int R>
 __global__ void __launch_bounds__(kMaxThreads)
     router_topk_kernel(const uint8_t* w, const uint8_t* sc, int64_t e, int64_t cols, const float* x,
@@ -207,7 +210,15 @@ __global__ void __launch_bounds__(kMaxThreads)
   const bool last = last_block_arrive(done, gridDim.x);  // the logits visible to the last block
   trace_mark(ts, 2);
   const int qw = blockDim.x > 32 ? 1 : 0;  // the quantizing warp
-  if (q8.xq && (!last || qw == 1)) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw, stash);
+  auto signal = [&](int warp) {  // RouterQ8::ready += 1 once warp `warp`'s writes are done
+    if (!q8.ready || int(threadIdx.x / 32) != warp) return;
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) signal_add(q8.ready, 1);
+  };
+  if (q8.xq && (!last || qw == 1)) {
+    router_quantize<NORM, R>(x, nw, eps, cols, red, q8, qw, stash);
+    signal(qw);
+  }
   if (!last) return end_mark();
   if (threadIdx.x < 32) {
     int32_t pid = -1;  // in flight during the top-k
@@ -216,8 +227,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (q8.predicted) count_predicted(pid, mine, int(k), q8.counts);
   }
   if (threadIdx.x == 0) *done = 0;
-  trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
-  if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0, stash);
+  if (q8.xq) signal(0);  // ids and weights written
+  trace_mark(ts, 3);     // (the top-k's end; a block of one warp quantizes after it)
+  if (q8.xq && qw == 0) {
+    router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0, stash);
+    signal(0);
+  }
   end_mark();
 }
 
@@ -573,6 +588,9 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
 void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
 void set_gemv_block_rows(int rows) { g_block_rows = rows; }
 void set_router_rows(int rows) { g_router_rows = rows == 1 || rows == 4 ? rows : 2; }
+unsigned router_ready_target(int64_t rows) {
+  return unsigned((rows + g_router_rows - 1) / g_router_rows + 1);
+}
 
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s,
            const ExpertPredict& pf) {

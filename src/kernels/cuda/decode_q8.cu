@@ -136,6 +136,26 @@ __global__ void __launch_bounds__(kQuantThreads)
   if (!early) work();
 }
 
+// Down, after its wait (gate/up, every poll of the router's count done, has
+// completed): the count back to 0 for the next layer's router, which passes
+// its own wait only after this grid completes.
+__device__ __forceinline__ void reset_ready(unsigned* ready) {
+  if (ready && blockIdx.x == 0 && threadIdx.x == 0) *ready = 0;
+}
+// Down, before its early reads of the router's ids and weights, where gate/up
+// started on the router's count (the router grid may not have completed): an
+// acquire load of the count (at its target until reset_ready) by the threads
+// that read them (rank_slot's, j < k), so the router's release covers them.
+__device__ __forceinline__ void ready_seen(const unsigned* ready) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  if (ready && threadIdx.x < 32) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ready) : "memory");
+    asm volatile("" ::"r"(v));  // (the value is not needed: the load's order is)
+  }
+#endif
+}
+
 // The slot of the router's ids [k] whose expert the gate/up block of grid row
 // `slot` computes, where that block started on pred[slot] (Q8Fuse::predicted):
 // that slot where the router chose pred[slot]; else the r-th slot whose
@@ -182,11 +202,14 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-template <int NW>
+// READY: the router's count (ready, target) releases the block instead of
+// the router grid's completion; x's codes and scales are then read through L2.
+template <int NW, bool READY>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre) {
+                          float* hd, int early, const int32_t* pred, int npre, int l2rest,
+                          const unsigned* ready, unsigned target) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -232,7 +255,19 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
-  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
+  if (pe >= 0 && l2rest) {  // the rest of the predicted rows (and their scales) toward L2
+    const int64_t from = int64_t(32 * ((npre + 1) / 2)) * 16, bytes = nb * 16;  // a row's
+    const int64_t lines = bytes > from ? (bytes - from + 127) / 128 : 0;        // (+ a scales line)
+    for (int64_t j = lane; j < 2 * R * (lines + 1); j += 32) {
+      const int r = int(j / (lines + 1)), h = r / R, l = int(j % (lines + 1));
+      const auto* row = reinterpret_cast<const char*>(h == 0 ? gw : uw) + (r % R) * bytes;
+      const char* a = l < lines ? row + from + 128 * l
+                                : reinterpret_cast<const char*>(h == 0 ? gs : us) + (r % R) * nb;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+  }
+  // xq comes from the kernel before; marks: dots, end
+  const unsigned ts = READY ? flag_wait<2>(ready, target) : grid_wait<2>();
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
@@ -245,6 +280,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   } else if (!early) {
     prep(__ldcg(ids + slot), 4);
   }
+  // the slot's routing weight (h's scales carry it), read now: no load after the dots
+  const float wsl = warp == 0 && lane == 0 ? __ldcg(weights + sl) : 0.0f;
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -255,8 +292,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     if (more) scales(i + 32);
     int4 xr[2];  // x's codes of chunk i
 #pragma unroll
-    for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
-    const float d = __ldg(xd + i);
+    for (int j = 0; j < 2; ++j) {
+      const int4* p = reinterpret_cast<const int4*>(xq + i) + j;
+      xr[j] = READY ? __ldcg(p) : __ldg(p);
+    }
+    const float d = READY ? __ldcg(xd + i) : __ldg(xd + i);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
@@ -278,9 +318,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   if (warp == 0) {
     const int64_t b = int64_t(sl) * (inter / 32) + blockIdx.x;
     const float d = quantize_warp(hs[lane], hq + b);
-    if (lane == 0) hd[b] = d * __ldcg(weights + sl);
+    if (lane == 0) hd[b] = d * wsl;
   }
   trace_mark(ts, 2);
+  if (READY) grid_wait_plain();  // (launch.cuh: the router grid completes before this one)
 }
 
 // out[row] = sum over the k experts in ascending id order of (down_e h[e])[row],
@@ -289,7 +330,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 __global__ void __launch_bounds__(kDownWarps * 32)
     moe_down_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                        const Q8x* hq, const float* hd, int64_t hidden, int64_t inter, float* out,
-                       int accumulate, int early) {
+                       int accumulate, int early, unsigned* ready) {
   constexpr int R = kDownRows, U = kDownItems;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   const int lane = int(threadIdx.x & 31);
@@ -315,10 +356,11 @@ __global__ void __launch_bounds__(kDownWarps * 32)
       if (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk);  // ids: two or three launches back
+  if (early) ready_seen(ready), rank_experts(table, ids, weights, k, rk);  // ids: 2-3 back
   if (early && row0 < hidden) load(0);
   grid_wait();  // h comes from the kernel before
   grid_launch_dependents();
+  reset_ready(ready);
   if (!early) rank_experts(table, ids, weights, k, rk);
   if (row0 >= hidden) return;
   if (!early) load(0);
@@ -351,7 +393,7 @@ template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                             float* out, int accumulate, int early) {
+                             float* out, int accumulate, int early, unsigned* ready) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[R][NW];
@@ -378,9 +420,10 @@ __global__ void __launch_bounds__(kSplitThreads)
       while (i >= nch) i -= nch, ++e;
     }
   };
-  if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: two or three back
+  if (early) ready_seen(ready), rank_experts(table, ids, weights, k, rk), load(0);  // 2-3 back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
+  reset_ready(ready);
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);
   float old = 0.0f;  // accumulate: out's row t, read now (not after the dot)
   if (accumulate && t < R && row0 + t < hidden) old = out[row0 + t];
@@ -423,7 +466,7 @@ template <int R, int U>
 __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_pair_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                             int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
-                            float* out, int accumulate, int early) {
+                            float* out, int accumulate, int early, unsigned* ready) {
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[2][R][NW];
@@ -457,9 +500,10 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
     cp_async_commit();
   };
-  if (early) rank_experts(table, ids, weights, k, rk), load();  // ids: two or three back
+  if (early) ready_seen(ready), rank_experts(table, ids, weights, k, rk), load();  // 2-3 back
   const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: group 0, end
   grid_launch_dependents();
+  reset_ready(ready);
   if (!early) rank_experts(table, ids, weights, k, rk), load();
   float old[2] = {0.0f, 0.0f};  // accumulate: out's row t of each group, read now
 #pragma unroll
@@ -530,20 +574,30 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   float* xd = xs.xd;
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16;
-  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
-  static const bool smem_ok[2] = {
-      // more than the default 48 KB of dynamic shared memory
-      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess,
-      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess};
-  if (!smem_ok[wide ? 1 : 0]) return 0;
+  // the router's count (x_ready only: gate/up follows the router directly)
+  unsigned* ready = fuse.x_ready ? fuse.ready : nullptr;
+  using Gate =
+      void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*, int64_t,
+               int64_t, Q8x*, float*, int, const int32_t*, int, int, const unsigned*, unsigned);
+  static constexpr Gate kGate[2][2] = {
+      {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
+      {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
+  const Gate gate = kGate[wide ? 1 : 0][ready ? 1 : 0];
+  static const bool smem_ok = [] {  // more than the default 48 KB of dynamic shared memory
+    bool ok = true;
+    for (const auto& row : kGate)
+      for (Gate g : row)
+        ok = ok && cudaFuncSetAttribute(g, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(kGateSmem)) == cudaSuccess;
+    return ok;
+  }();
+  if (!smem_ok) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
            s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
   // x_ready: gate/up follows the router itself (its ids are read after the wait)
-  if (g_kernels.stream && fuse.stream &&
+  if (g_kernels.stream && fuse.stream && !ready &&
       moe_stream_q8(table, ids, weights, k, xq, xd, hidden, inter, hq, hd, out, fuse.accumulate,
                     fuse.stream, s))
     return 2;
@@ -551,18 +605,19 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes);
+         g_kernels.predict_passes, fuse.predict_l2 ? 1 : 0, ready, fuse.ready_target);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
-           kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e);
+           kDownWarps * 32, 0, s, table, ids, weights, k, hq, hd, hidden, inter, out, acc, e,
+           ready);
     return 1;
   }
   // U items per thread and pass: all of a row's items in one pass up to 4.
   const int64_t passes = (k * (inter / 32) + kSplitThreads - 1) / kSplitThreads;
   const int R = g_kernels.down_rows, U = int(std::min<int64_t>(passes, 4));
   using Down = void (*)(const ExpertPtrs*, const int32_t*, const float*, int, const Q8x*,
-                        const float*, int64_t, int64_t, float*, int, int);
+                        const float*, int64_t, int64_t, float*, int, int, unsigned*);
   if (g_kernels.down_pair && R == 4 && passes <= 4 &&
       (!g_kernels.down_auto ||
        (hidden + 3) / 4 > kPairBlocksPerSm * int64_t(current_device_sms()))) {
@@ -570,7 +625,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
                                       moe_down_q8_pair_kernel<4, 3>, moe_down_q8_pair_kernel<4, 4>};
     const int64_t groups = (hidden + 3) / 4;
     launch(kPair[U - 1], unsigned((groups + 1) / 2), kSplitThreads, 0, s, table, ids, weights, k,
-           hq, hd, hidden, inter, out, acc, e);
+           hq, hd, hidden, inter, out, acc, e, ready);
     return 1;
   }
   static constexpr Down kDown[2][4] = {
@@ -579,7 +634,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
       {moe_down_q8_split_kernel<4, 1>, moe_down_q8_split_kernel<4, 2>,
        moe_down_q8_split_kernel<4, 3>, moe_down_q8_split_kernel<4, 4>}};
   launch(kDown[R == 4 ? 1 : 0][U - 1], unsigned((hidden + R - 1) / R), kSplitThreads, 0, s, table,
-         ids, weights, k, hq, hd, hidden, inter, out, acc, e);
+         ids, weights, k, hq, hd, hidden, inter, out, acc, e, ready);
   return 1;
 }
 

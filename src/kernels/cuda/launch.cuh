@@ -30,6 +30,13 @@
 //    (A persistent kernel with a grid barrier would have to call it only after
 //    its barrier: a dependent started before every block of a persistent grid
 //    is resident could hold the SM a missing block needs.)
+//  - one more exception, opt-in (MOETIER_CUDA_ROUTER_READY=1, decode_q8.cu):
+//    gate/up waits for the router's count of written blocks (flag_wait: a
+//    release add per router block, an acquire poll per gate/up block)
+//    instead of the router grid's completion, triggers down after that, and
+//    calls grid_wait_plain() at its end; down acquires the count before its
+//    early reads of the router's ids and resets it after its own wait. Three
+//    grids (the router's last blocks, gate/up, down) may then be resident.
 // Outside a PDL launch (<<<>>>, or MOETIER_CUDA_PDL=0) both are no-ops.
 // Below sm_90 they compile to nothing, so launch() asks for PDL only when the
 // build targets sm_90 or later alone (MOETIER_CUDA_MIN_ARCH, from CMake's
@@ -89,18 +96,19 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 
 // grid_wait<M>() also reserves M more rows for trace_mark(slot, 1..M) and
-// returns the slot (thread 0, while recording; else 0).
-template <int M = 0>
-__device__ __forceinline__ unsigned grid_wait() {
+// returns the slot (thread 0, while recording; else 0). traced_wait<M>(wait)
+// records the same around any wait (wait() runs in every thread).
+template <int M, typename W>
+__device__ __forceinline__ unsigned traced_wait(W wait) {
   unsigned slot = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOETIER_CUDA_TRACE_BUILD)
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+#if defined(__CUDA_ARCH__) && !defined(MOETIER_CUDA_TRACE_BUILD)
+  wait();
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool tr = c_trace.rows != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0;
   unsigned long long t0 = 0, at = 0;
   // The count is the trace's own: written before the wait, read by nothing of the step.
   if (tr) t0 = global_ns(), at = atomicAdd(c_trace.n, 1ull + M);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  wait();
   if (tr && at < c_trace.cap && c_trace.cap - at > M) {
     slot = unsigned(at);
     unsigned long long g;
@@ -117,8 +125,58 @@ __device__ __forceinline__ unsigned grid_wait() {
   } else {
     slot = 0;
   }
+#elif defined(__CUDA_ARCH__)
+  wait();
 #endif
   return slot;
+}
+
+// griddepcontrol.wait alone (no trace row), sm_90+.
+__device__ __forceinline__ void grid_wait_plain() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <int M = 0>
+__device__ __forceinline__ unsigned grid_wait() {
+  return traced_wait<M>([] { grid_wait_plain(); });
+}
+
+// A hand-off that does not wait for the previous grid's completion (the
+// router's RouterQ8::ready): returns once *ctr >= target, thread 0 polling
+// with gpu-scope acquire loads, then a block barrier, so what the signalling
+// threads wrote before their release adds is visible to every thread here
+// (read it through L2: ld.global.cg, never the non-coherent path). The
+// kernel must still call grid_wait_plain() in every thread before it exits
+// (its completion then implies its predecessor's: the chain stays transitive).
+__device__ __forceinline__ void poll_at_least(const unsigned* ctr, unsigned target) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
+    unsigned v = 0;
+    for (;;) {  // (a short sleep between polls: the signalling adds share the line)
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+      if (v >= target) break;
+      __nanosleep(32);
+    }
+  }
+#endif
+  __syncthreads();
+}
+template <int M = 0>
+__device__ __forceinline__ unsigned flag_wait(const unsigned* ctr, unsigned target) {
+  return traced_wait<M>([=] { poll_at_least(ctr, target); });
+}
+
+// One release add of n at gpu scope (after a barrier of the writers: the
+// signal poll_at_least waits for).
+__device__ __forceinline__ void signal_add(unsigned* ctr, unsigned n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(ctr), "r"(n) : "memory");
+#else
+  __threadfence();
+  atomicAdd(ctr, n);
+#endif
 }
 
 // Records the time this block's thread 0 reaches mark id (1..M of the
@@ -204,12 +262,17 @@ inline int current_device_sms() {
   });
 }
 
+// launch_cluster: the same, in thread block clusters of cluster_y blocks along
+// y (sm_90+; grid.y a multiple of it; 0 or 1: no cluster attribute).
 template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
-  cudaLaunchAttribute attr[1];
+void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                    unsigned cluster_y, A&&... args) {
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed =
       MOETIER_CUDA_MIN_ARCH >= 90 && pdl_enabled() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = 1, attr[1].val.clusterDim.y = cluster_y, attr[1].val.clusterDim.z = 1;
   apply_carveout(reinterpret_cast<const void*>(kernel));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
@@ -217,8 +280,12 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster_y > 1 ? 2 : 1;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // checked by the backend
+}
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+  launch_cluster(kernel, grid, block, smem, s, 0u, std::forward<A>(args)...);
 }
 
 }  // namespace moetier::cuda
