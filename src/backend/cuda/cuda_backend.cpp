@@ -143,8 +143,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_ATTN_CLUSTER=C (2, 4, 8 or 16): decode attention merges its
   // splits in thread block clusters of C blocks (A/B; 0: the counter merge)
   attn_cluster_ = int(env_int("MOETIER_CUDA_ATTN_CLUSTER", 0, 16, 0));
-  check(attn_cluster_ <= 1 || ((attn_cluster_ & (attn_cluster_ - 1)) == 0 &&
-                               cuda::attention_cluster_supported()),
+  check(attn_cluster_ <= 1 ||
+            ((attn_cluster_ & (attn_cluster_ - 1)) == 0 && cuda::attention_cluster_supported()),
         "MOETIER_CUDA_ATTN_CLUSTER={}: expected 0, 2, 4, 8 or 16, in a build for sm_90+ only",
         attn_cluster_);
   cuda::set_moe_q8_kernels(mk);

@@ -258,7 +258,7 @@ class CudaBackend final : public Backend {
   // MOETIER_CUDA_ATTN_L2=N: N extra attention blocks ask L2 for the predicted
   // experts' first predict_passes_ passes of gate/up (cuda::ExpertL2); 0: off
   int attn_l2_blocks_ = 0, predict_passes_ = 4;
-  int attn_cluster_ = 0;  // MOETIER_CUDA_ATTN_CLUSTER: DecodePrep::cluster
+  int attn_cluster_ = 0;     // MOETIER_CUDA_ATTN_CLUSTER: DecodePrep::cluster
   bool predict_l2_ = false;  // MOETIER_CUDA_PREDICT_L2=1: cuda::Q8Fuse::predict_l2
   DeviceBuffer predict_;     // PredictSlots: logits, ids, counts (allocated with the first table)
   struct PredictSlots {
