@@ -14,6 +14,11 @@ tool: a kernel whose register count jumps (a switch's code compiled into the
 default kernel) can lose occupancy and co-residency with the launches around
 it, which no CPU test sees (docs/cuda.md, stop 50).
 
+Limits: the sources compiled are this build's; one that REV lacks is compiled
+on this side only (its kernels print as new), and one that only REV has is not
+compiled. Errors (no build, bad JSON, a bad pattern or revision, a compile
+that fails) end with one line naming the file or revision.
+
 Usage: scripts/kernel_regs.py [--build DIR] [--base REV] [--files REGEX]
 """
 import argparse
@@ -86,21 +91,55 @@ def diff(base, head):
 
 
 def fmt(k, v):
+    """One line: registers, stack, spills, then the key (name, arch[, source])."""
+    where = ", ".join(k[1:])
     if v is None:
-        return f"{'-':>5} {'-':>6} {'-':>11}  {k[0]} ({k[1]})"
+        return f"{'-':>5} {'-':>6} {'-':>11}  {k[0]} ({where})"
+    regs = "?" if v["regs"] is None else v["regs"]
     sp = f"{v['spill_st']}/{v['spill_ld']}"
-    return f"{v['regs']:>5} {v['stack']:>6} {sp:>11}  {k[0]} ({k[1]})"
+    return f"{regs:>5} {v['stack']:>6} {sp:>11}  {k[0]} ({where})"
+
+
+def fail(msg):
+    sys.exit(f"kernel_regs: {msg}")
+
+
+def load_entries(build):
+    path = os.path.join(build, "compile_commands.json")
+    try:
+        with open(path) as f:
+            entries = json.load(f)
+    except OSError as e:
+        fail(f"{path}: {e.strerror} (a CUDA build first)")
+    except ValueError as e:
+        fail(f"{path}: not JSON ({e})")
+    if not isinstance(entries, list):
+        fail(f"{path}: not a list of compile commands")
+    return path, entries
 
 
 def commands(build, files, root, new_root):
-    """The compile commands of the matching sources, for ptxas -v (no object, no depfile)."""
-    with open(os.path.join(build, "compile_commands.json")) as f:
-        entries = json.load(f)
+    """(directory, source, args) of the matching sources, for ptxas -v: no object, no
+    depfile; with new_root, the paths under root/src moved to new_root/src (the
+    build's own paths stay), and a source missing there left out."""
+    path, entries = load_entries(build)
+    try:
+        pat = re.compile(files)
+    except re.error as e:
+        fail(f"--files {files!r}: {e}")
+    roots = sorted({root, os.path.realpath(root)}, key=len, reverse=True)
+    swap = re.compile("|".join(re.escape(r) for r in roots) + r"(?=/src(/|$))")
     cmds = []
     for e in entries:
-        if not re.search(files, e["file"]):
+        src = e.get("file", "") if isinstance(e, dict) else ""
+        if not src or not pat.search(src):
             continue
-        args = shlex.split(e["command"])
+        if "arguments" in e:
+            args = list(e["arguments"])
+        elif "command" in e:
+            args = shlex.split(e["command"])
+        else:
+            fail(f"{path}: an entry for {src} has no command")
         keep, skip = [], False
         for a in args:
             if skip:
@@ -109,25 +148,36 @@ def commands(build, files, root, new_root):
             if a in ("-o", "-MT", "-MF"):
                 skip = True
                 continue
-            if a == "-MD":
-                continue
-            # the sources' paths (root/src...) to the other tree's; the build's stay
-            keep.append(re.sub(re.escape(root) + r"(?=/src(/|$))", new_root, a) if new_root else a)
-        cmds.append((e["directory"], keep + ["-o", os.devnull, "-Xptxas", "-v"]))
+            if a != "-MD":
+                keep.append(swap.sub(new_root, a) if new_root else a)
+        if new_root:
+            moved = swap.sub(new_root, src)
+            if moved == src:
+                fail(f"{src}: not under {root}/src, so --base cannot compile the other tree's copy")
+            if not os.path.exists(moved):
+                continue  # a source the base lacks: its kernels print as new
+            src = moved
+        cmds.append((e.get("directory", "."), src, keep + ["-o", os.devnull, "-Xptxas", "-v"]))
     return cmds
 
 
 def run_all(cmds):
+    """{(name, arch, source file name): counts} over the compile commands."""
     def one(c):
-        r = subprocess.run(c[1], cwd=c[0], capture_output=True, text=True)
+        try:
+            r = subprocess.run(c[2], cwd=c[0], capture_output=True, text=True)
+        except OSError as e:
+            fail(f"{c[1]}: cannot run {c[2][0]} ({e.strerror})")
         if r.returncode != 0:
-            sys.exit(f"kernel_regs: compile failed: {' '.join(c[1])}\n{r.stderr[-2000:]}")
-        return r.stderr + r.stdout
+            last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+            fail(f"{c[1]}: compile failed (rc {r.returncode}): {last}")
+        return os.path.basename(c[1]), r.stderr + r.stdout
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         texts = list(ex.map(one, cmds))
     res = {}
-    for t in texts:
-        res.update(parse(t))
+    for name, t in texts:
+        for (k, arch), v in parse(t).items():
+            res[(k, arch, name)] = v
     return res
 
 
@@ -137,28 +187,32 @@ def main():
     ap.add_argument("--base", help="a git revision to compare against")
     ap.add_argument("--files", default=r"src/kernels/cuda/[^/]*\.cu$")
     a = ap.parse_args()
-    if not os.path.exists(os.path.join(a.build, "compile_commands.json")):
-        sys.exit(f"kernel_regs: {a.build}/compile_commands.json: not found (a CUDA build first)")
+    load_entries(a.build)  # a missing or bad build: one line before anything else
     g = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
     if g.returncode != 0:
-        sys.exit(f"kernel_regs: {os.getcwd()}: not in a git checkout ({g.stderr.strip()})")
+        fail(f"{os.getcwd()}: not in a git checkout ({g.stderr.strip()})")
     root = g.stdout.strip()
     head = run_all(commands(a.build, a.files, root, None))
     if not head:
-        sys.exit(f"kernel_regs: no kernel compiled from sources matching {a.files}")
-    print(f"{'regs':>5} {'stack':>6} {'spill st/ld':>11}  kernel (arch)")
+        fail(f"no kernel compiled from the sources matching {a.files}")
+    header = f"{'regs':>5} {'stack':>6} {'spill st/ld':>11}  kernel (arch, source)"
     if not a.base:
+        print(header)
         for k in sorted(head):
             print(fmt(k, head[k]))
         return
     with tempfile.TemporaryDirectory() as tmp:
         wt = os.path.join(tmp, "base")
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", wt, a.base], check=True)
+        r = subprocess.run(["git", "worktree", "add", "--detach", "-q", wt, a.base],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"--base {a.base}: {(r.stderr.strip().splitlines() or ['git worktree add failed'])[-1]}")
         try:
             base = run_all(commands(a.build, a.files, root, wt))
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", wt], check=False)
+            subprocess.run(["git", "worktree", "remove", "--force", wt], capture_output=True)
     changed = diff(base, head)
+    print(header)
     for k in changed:
         print(f"{fmt(k, base.get(k))}  [{a.base}]")
         print(f"{fmt(k, head.get(k))}  [this tree]")

@@ -5,12 +5,17 @@ Kernel names shortened (namespaces and parameter lists off, template arguments
 kept, nested ones too), counts read per kernel and architecture (a kernel with
 spills, one compiled for two architectures, a line between entries that
 belongs to no kernel), the comparison of two trees (changed, added, removed,
-unchanged), and a build without compile commands refused with one line.
+unchanged), the compile commands rewritten for ptxas (no object, no depfile;
+for the base tree only the sources' paths moved, the build's kept, a source
+the base lacks left out), and bad input (no build, bad JSON, a bad pattern)
+refused with one line.
 """
 import importlib.util
 import os
+import json
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "kernel_regs.py")
@@ -46,6 +51,55 @@ def check(cond, what):
         sys.exit(1)
 
 
+def check_commands():
+    with tempfile.TemporaryDirectory() as tmp:
+        root, base, build = (os.path.join(tmp, d) for d in ("tree", "base", "tree/build"))
+        for d in ("tree/src/k", "tree/build", "base/src/k"):
+            os.makedirs(os.path.join(tmp, d))
+        for f in ("tree/src/k/a.cu", "tree/src/k/b.cu", "base/src/k/a.cu"):  # b.cu: new
+            open(os.path.join(tmp, f), "w").close()
+        cmd = (f"nvcc -I{root}/src -I{root}/build/gen -MD -MT o.o -MF o.o.d -O3 -c {root}/src/k/a.cu "
+               f"-o o.o")
+        entries = [{"directory": build, "file": f"{root}/src/k/a.cu", "command": cmd},
+                   {"directory": build, "file": f"{root}/src/k/b.cu",
+                    "arguments": ["nvcc", "-c", f"{root}/src/k/b.cu", "-o", "b.o"]},
+                   {"directory": build, "file": f"{root}/src/x.cpp", "command": "g++ -c x.cpp"}]
+        with open(os.path.join(build, "compile_commands.json"), "w") as f:
+            json.dump(entries, f)
+        tail = ["-o", os.devnull, "-Xptxas", "-v"]
+        got = kr.commands(build, r"\.cu$", root, None)
+        check(got == [(build, f"{root}/src/k/a.cu", ["nvcc", f"-I{root}/src", f"-I{root}/build/gen", "-O3",
+                                                     "-c", f"{root}/src/k/a.cu"] + tail),
+                      (build, f"{root}/src/k/b.cu", ["nvcc", "-c", f"{root}/src/k/b.cu"] + tail)],
+              f"commands of this tree: {got}")
+        got = kr.commands(build, r"\.cu$", root, base)
+        check(got == [(build, f"{base}/src/k/a.cu", ["nvcc", f"-I{base}/src", f"-I{root}/build/gen", "-O3",
+                                                     "-c", f"{base}/src/k/a.cu"] + tail)],
+              f"commands of the base tree: {got}")
+
+
+def run_script(*args, cwd):
+    r = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, cwd=cwd)
+    return r.returncode, r.stderr.strip().splitlines()
+
+
+def check_bad_input():
+    top = os.path.join(HERE, "..", "..")
+    rc, err = run_script("--build", "/nonexistent-build", cwd=top)
+    check(rc != 0 and len(err) == 1 and "/nonexistent-build/compile_commands.json" in err[0],
+          f"a build without compile commands: rc {rc}, {err}")
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "compile_commands.json"), "w") as f:
+            f.write("[{not json")
+        rc, err = run_script("--build", tmp, cwd=top)
+        check(rc != 0 and len(err) == 1 and "compile_commands.json: not JSON" in err[0],
+              f"bad JSON: rc {rc}, {err}")
+        with open(os.path.join(tmp, "compile_commands.json"), "w") as f:
+            f.write("[]")
+        rc, err = run_script("--build", tmp, "--files", "([", cwd=top)
+        check(rc != 0 and len(err) == 1 and "--files" in err[0], f"a bad pattern: rc {rc}, {err}")
+
+
 def main():
     check(kr.short_name("void a::(anonymous namespace)::f<1, 128>(float const*, int)") == "f<1, 128>",
           "short name of a template kernel")
@@ -70,13 +124,12 @@ def main():
     check(kr.diff(base, head) == [("attn_combine", "sm_90"), ("attn_decode_kernel<1, 128>", "sm_90"),
                                   ("new_kernel", "sm_90")], f"diff: {kr.diff(base, head)}")
     check(kr.diff(want, dict(want)) == [], "no difference between equal trees")
-    line = kr.fmt(("k", "sm_90"), {"regs": 96, "stack": 8, "spill_st": 4, "spill_ld": 4})
-    check(line.split() == ["96", "8", "4/4", "k", "(sm_90)"], f"fmt: {line}")
-    r = subprocess.run([sys.executable, SCRIPT, "--build", "/nonexistent-build"], capture_output=True,
-                       text=True, cwd=os.path.join(HERE, "..", ".."))
-    err = r.stderr.strip().splitlines()
-    check(r.returncode != 0 and len(err) == 1 and "/nonexistent-build/compile_commands.json" in err[0],
-          f"a build without compile commands: rc {r.returncode}, {r.stderr!r}")
+    line = kr.fmt(("k", "sm_90", "a.cu"), {"regs": 96, "stack": 8, "spill_st": 4, "spill_ld": 4})
+    check(line.split() == ["96", "8", "4/4", "k", "(sm_90,", "a.cu)"], f"fmt: {line}")
+    line = kr.fmt(("k", "sm_90"), {"regs": None, "stack": 0, "spill_st": 0, "spill_ld": 0})
+    check(line.split()[0] == "?", f"fmt without a register count: {line}")
+    check_commands()
+    check_bad_input()
     print("kernel_regs: all checks passed")
 
 
