@@ -15,6 +15,7 @@
 #   build q30 policy30                               the mapped host-tier arm, lru and lfu
 #   probe                                            the MoE kernels side by side (moe_probe)
 #   chain                                            a layer's dense chain, persistent vs launched (chain_probe)
+#   icache                                           what cold code costs a kernel (icache_probe)
 #   bins test q30 bench30                            carried binaries (B=build), no build here
 #   bins test q30 moeab30 moeabds4                   the fused MoE kernel against the q8 kernels
 #   bins skip                                        each decode op's cost in the graph (ARMS=...)
@@ -79,6 +80,11 @@ step_chain() {  # a decode layer's dense chain as one persistent launch (bench/c
   local p=.carry/probe/chain_probe
   [ -x $p ] || { p=/tmp/chain_probe; nvcc -O3 -std=c++20 -arch=sm_90 bench/chain_probe.cu -o $p || return 1; }
   timeout 120 $p 2>&1 | tee "$OUT/chain_probe.txt"
+}
+step_icache() {  # cold code fetch: a kernel's first run after other code, and after L2 is flushed
+  local p=/tmp/icache_probe
+  nvcc -O3 -std=c++20 -arch=sm_90 -I. bench/icache_probe.cu -o $p || return 1
+  timeout 120 $p 2>&1 | tee "$OUT/icache_probe.txt"
 }
 step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) and their instruction counts
   local p=.carry/probe/moe_probe
