@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/rowdot.cuh"
+#include "kernels/cuda/stream_ld.cuh"
 
 namespace moetier::cuda {
 
@@ -21,7 +22,7 @@ struct Chunk<kF32> {
     float4 q;
   };
   __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols, int64_t i) {
-    return {__ldg(reinterpret_cast<const float4*>(w + row * cols * 4) + i)};
+    return {ldg_w(reinterpret_cast<const float4*>(w + row * cols * 4) + i)};
   }
   __device__ static float dot(const W& c, const float* xv, const float*) {
     return c.q.x * xv[0] + c.q.y * xv[1] + c.q.z * xv[2] + c.q.w * xv[3];
@@ -35,7 +36,7 @@ struct Chunk<kBF16> {
     uint4 q;
   };
   __device__ static W load(const uint8_t* w, const uint8_t*, int64_t row, int64_t cols, int64_t i) {
-    return {__ldg(reinterpret_cast<const uint4*>(w + row * cols * 2) + i)};
+    return {ldg_w(reinterpret_cast<const uint4*>(w + row * cols * 2) + i)};
   }
   __device__ static float dot(const W& c, const float* xv, const float*) {
     const uint4 q = c.q;
@@ -54,8 +55,8 @@ struct Chunk<kMXFP4> {
   };
   __device__ static W load(const uint8_t* w, const uint8_t* sc, int64_t row, int64_t cols,
                            int64_t i) {
-    return {__ldg(reinterpret_cast<const uint4*>(w + row * (cols / 2)) + i),
-            __ldg(sc + row * (cols / 32) + i)};
+    return {ldg_w(reinterpret_cast<const uint4*>(w + row * (cols / 2)) + i),
+            ldg_w(sc + row * (cols / 32) + i)};
   }
   __device__ static float dot(const W& c, const float* xv, const float* lut) {
     const uint32_t words[4] = {c.q.x, c.q.y, c.q.z, c.q.w};

@@ -68,8 +68,7 @@ MoeQ8Kernels g_kernels;  // set_moe_q8_kernels
 // thread's groups but the newest N).
 __device__ __forceinline__ void cp_async16(uint4* smem, const uint4* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  cp_async16_w(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem);
 #else
   *smem = __ldg(gmem);
 #endif
@@ -210,7 +209,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
       const uint8_t* p = (h == 0 ? gs : us) + i;
       sn[h] = 0;
 #pragma unroll
-      for (int r = 0; r < R; ++r) sn[h] |= uint32_t(__ldg(p + r * nbi)) << (8 * r);
+      for (int r = 0; r < R; ++r) sn[h] |= uint32_t(ldg_w(p + r * nbi)) << (8 * r);
     }
   };
   // passes p0 .. p1 - 1 of (0, 0), (0, 1), (1, 0), (1, 1), in that order
@@ -308,8 +307,8 @@ __global__ void __launch_bounds__(kDownWarps * 32)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int64_t row = row0 + r < hidden ? row0 + r : row0;
-          q[u][r] = __ldg(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
-          s[u][r] = __ldg(rk.s[e] + row * nch + i);
+          q[u][r] = ldg_w(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
+          s[u][r] = ldg_w(rk.s[e] + row * nch + i);
         }
       i += step_i, e += step_e;
       if (i >= nch) i -= nch, ++e;
@@ -371,8 +370,8 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int64_t row = row0 + r < hidden ? row0 + r : row0;
-          q[u][r] = __ldg(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
-          s[u][r] = __ldg(rk.s[e] + row * nch + i);
+          q[u][r] = ldg_w(reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i);
+          s[u][r] = ldg_w(rk.s[e] + row * nch + i);
         }
       i += step_i, e += step_e;
       while (i >= nch) i -= nch, ++e;
@@ -447,10 +446,10 @@ __global__ void __launch_bounds__(kSplitThreads)
             const int64_t row = rows0[g] + r < hidden ? rows0[g] + r : 0;
             const auto* src = reinterpret_cast<const uint4*>(rk.w[e]) + row * nch + i;
             if (g == 0)
-              q[u][r] = __ldg(src);
+              q[u][r] = ldg_w(src);
             else
               cp_async16(&qs[u][r][t], src);
-            s[g][u][r] = __ldg(rk.s[e] + row * nch + i);
+            s[g][u][r] = ldg_w(rk.s[e] + row * nch + i);
           }
       i += NT % nch, e += NT / nch;
       while (i >= nch) i -= nch, ++e;

@@ -1,0 +1,57 @@
+// Loads of the weight streams (the decode kernels' weight rows and e8m0
+// scales). Built with MOETIER_CUDA_L2_FIRST (an experiment build, off by
+// default) they carry an evict-first L2 policy, so the ~100 MB of weights a
+// DeepSeek-shaped layer streams do not push the kernels' code, the KV cache,
+// the norms and the activations out of L2; otherwise they are plain __ldg /
+// cp.async.cg.
+#pragma once
+#define MOETIER_CUDA_L2_FIRST 1  // TEMP: the experiment build
+
+#include <cstdint>
+
+namespace moetier::cuda {
+
+#if defined(MOETIER_CUDA_L2_FIRST) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint4 ldg_w(const uint4* a) {
+  uint4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(a), "l"(l2_evict_first()));
+  return v;
+}
+__device__ __forceinline__ float4 ldg_w(const float4* a) {
+  float4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "l"(a), "l"(l2_evict_first()));
+  return v;
+}
+__device__ __forceinline__ uint8_t ldg_w(const uint8_t* a) {
+  uint16_t v;
+  asm("ld.global.nc.L2::cache_hint.u8 %0, [%1], %2;" : "=h"(v) : "l"(a), "l"(l2_evict_first()));
+  return uint8_t(v);
+}
+// 16 bytes global -> shared by cp.async (L2 only), evict-first.
+__device__ __forceinline__ void cp_async16_w(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(smem),
+               "l"(gmem), "l"(l2_evict_first())
+               : "memory");
+}
+#else
+template <typename T>
+__device__ __forceinline__ T ldg_w(const T* a) {
+  return __ldg(a);
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void cp_async16_w(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem) : "memory");
+}
+#endif
+#endif
+
+}  // namespace moetier::cuda
