@@ -5,7 +5,6 @@
 // the norms and the activations out of L2; otherwise they are plain __ldg /
 // cp.async.cg.
 #pragma once
-#define MOETIER_CUDA_L2_FIRST 1  // TEMP: the experiment build
 
 #include <cstdint>
 
