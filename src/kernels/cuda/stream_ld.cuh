@@ -12,6 +12,13 @@
 
 namespace moetier::cuda {
 
+#define MOETIER_CUDA_L1_NOALLOC 1  // TEMP: the experiment build
+#if defined(MOETIER_CUDA_L1_NOALLOC)
+#define MOETIER_LDW "ld.global.nc.L1::no_allocate.L2::cache_hint"
+#else
+#define MOETIER_LDW "ld.global.nc.L2::cache_hint"
+#endif
+
 #if !defined(MOETIER_CUDA_L2_PLAIN) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;
@@ -20,21 +27,21 @@ __device__ __forceinline__ uint64_t l2_evict_first() {
 }
 __device__ __forceinline__ uint4 ldg_w(const uint4* a) {
   uint4 v;
-  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+  asm(MOETIER_LDW ".v4.u32 {%0, %1, %2, %3}, [%4], %5;"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(a), "l"(l2_evict_first()));
   return v;
 }
 __device__ __forceinline__ float4 ldg_w(const float4* a) {
   float4 v;
-  asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+  asm(MOETIER_LDW ".v4.f32 {%0, %1, %2, %3}, [%4], %5;"
       : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
       : "l"(a), "l"(l2_evict_first()));
   return v;
 }
 __device__ __forceinline__ uint8_t ldg_w(const uint8_t* a) {
   uint16_t v;
-  asm("ld.global.nc.L2::cache_hint.u8 %0, [%1], %2;" : "=h"(v) : "l"(a), "l"(l2_evict_first()));
+  asm(MOETIER_LDW ".u8 %0, [%1], %2;" : "=h"(v) : "l"(a), "l"(l2_evict_first()));
   return uint8_t(v);
 }
 // 16 bytes global -> shared by cp.async (L2 only), evict-first.
