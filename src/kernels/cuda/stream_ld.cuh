@@ -12,7 +12,6 @@
 
 namespace moetier::cuda {
 
-#define MOETIER_CUDA_L1_NOALLOC 1  // TEMP: the experiment build
 #if defined(MOETIER_CUDA_L1_NOALLOC)
 #define MOETIER_LDW "ld.global.nc.L1::no_allocate.L2::cache_hint"
 #else
