@@ -2,9 +2,12 @@
 // scales): on sm_80 and later they carry an evict-first L2 policy, so the
 // ~100 MB of weights a DeepSeek-shaped layer streams do not push the kernels'
 // code, the KV cache, the norms, the expert tables and the activations out of
-// L2 (2.0% faster decode on the DeepSeek-shaped model, one H100, stop 51:
-// docs/cuda.md). A build configured with -DMOETIER_CUDA_L2_PLAIN=ON (A/B), or
-// for an older architecture, gets plain __ldg / cp.async.cg. The values
+// L2, and the register loads do not allocate in L1 (read once), which keeps
+// L1 for the activations every warp reads. Decode of the DeepSeek-shaped model
+// was 2.0% faster with the L2 policy and 2.9% with both, one H100, stop 51
+// (docs/cuda.md). A build configured with -DMOETIER_CUDA_L2_PLAIN=ON (A/B), or
+// for an older architecture, gets plain __ldg / cp.async.cg; -DMOETIER_CUDA_L1_ALLOC
+// (a compile definition) keeps the L2 policy and allocates in L1. The values
 // loaded are the same either way.
 #pragma once
 
@@ -12,10 +15,10 @@
 
 namespace moetier::cuda {
 
-#if defined(MOETIER_CUDA_L1_NOALLOC)
-#define MOETIER_LDW "ld.global.nc.L1::no_allocate.L2::cache_hint"
-#else
+#if defined(MOETIER_CUDA_L1_ALLOC)
 #define MOETIER_LDW "ld.global.nc.L2::cache_hint"
+#else
+#define MOETIER_LDW "ld.global.nc.L1::no_allocate.L2::cache_hint"
 #endif
 
 #if !defined(MOETIER_CUDA_L2_PLAIN) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
