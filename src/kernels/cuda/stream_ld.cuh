@@ -18,7 +18,7 @@ namespace moetier::cuda {
 #if defined(MOETIER_CUDA_L1_ALLOC)
 #define MOETIER_LDW "ld.global.nc.L2::cache_hint"
 #else
-#define MOETIER_LDW "ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B"  // TEMP: experiment
+#define MOETIER_LDW "ld.global.nc.L1::no_allocate.L2::cache_hint"
 #endif
 
 #if !defined(MOETIER_CUDA_L2_PLAIN) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -48,7 +48,7 @@ __device__ __forceinline__ uint8_t ldg_w(const uint8_t* a) {
 }
 // 16 bytes global -> shared by cp.async (L2 only), evict-first.
 __device__ __forceinline__ void cp_async16_w(uint32_t smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;" ::"r"(smem),
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(smem),
                "l"(gmem), "l"(l2_evict_first())
                : "memory");
 }
