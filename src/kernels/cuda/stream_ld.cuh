@@ -4,11 +4,18 @@
 // code, the KV cache, the norms, the expert tables and the activations out of
 // L2, and the register loads do not allocate in L1 (read once), which keeps
 // L1 for the activations every warp reads. Decode of the DeepSeek-shaped model
-// was 2.0% faster with the L2 policy and 2.9% with both, one H100, stop 51
+// was 2.0% faster with the L2 policy and 3.0% with both, one H100, stop 51
 // (docs/cuda.md). A build configured with -DMOETIER_CUDA_L2_PLAIN=ON (A/B), or
 // for an older architecture, gets plain __ldg / cp.async.cg; -DMOETIER_CUDA_L1_ALLOC
 // (a compile definition) keeps the L2 policy and allocates in L1. The values
 // loaded are the same either way.
+//
+// The register loads are not volatile asm (CUDA's own __ldg is), so the
+// compiler may schedule them before a kernel's grid_wait() where their
+// address allows. That is sound under the PDL protocol (launch.cuh): no
+// kernel of a decode step writes weights, and a routed expert's address
+// comes from ids read after the wait or two launches back, so its loads
+// cannot move above the read of those ids.
 #pragma once
 
 #include <cstdint>
