@@ -70,5 +70,6 @@ __device__ __forceinline__ void cp_async16_w(uint32_t smem, const void* gmem) {
 }
 #endif
 #endif
+#undef MOETIER_LDW
 
 }  // namespace moetier::cuda
