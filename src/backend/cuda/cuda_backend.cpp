@@ -151,7 +151,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   router_stash_ = env_int("MOETIER_CUDA_ROUTER_STASH", 0, 1, 1) == 1;
   // MOETIER_CUDA_GATE_EARLY=1: with predicted experts, gate/up quantizes x
   // itself and computes the predicted experts before its wait (Q8Fuse::x_src; A/B).
-  gate_early_ = env_int("MOETIER_CUDA_GATE_EARLY", 0, 1, 0) == 1;
+  // 2: and gate/up lets down launch at its start (Q8Fuse::trigger).
+  gate_early_ = int(env_int("MOETIER_CUDA_GATE_EARLY", 0, 2, 0));
   // MOETIER_CUDA_GRAPH_UPDATE=0: every recording instantiates its graph anew
   // instead of updating a dropped one (A/B).
   graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;

@@ -363,7 +363,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     }
   }
   // MOETIER_CUDA_GATE_EARLY: gate/up quantizes x itself (Q8Fuse::x_src), not the router
-  const bool gate_early = gate_early_ && rq.predicted;
+  const bool gate_early = gate_early_ > 0 && rq.predicted;
   void* router_xq = rq.xq;
   if (gate_early) rq.xq = nullptr, rq.xd = nullptr;
   if (!skipped(kSkipRouter, 1)) {
@@ -377,7 +377,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   if (skipped(kSkipExperts, 1)) return;
   cuda::Q8Fuse qf{f.norm, f.eps, true, router_xq != nullptr};
   qf.predicted = rq.predicted;  // (set only with router_xq) gate/up starts on them
-  if (gate_early) qf.x_src = x;
+  if (gate_early) qf.x_src = x, qf.trigger = gate_early_ == 2;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)

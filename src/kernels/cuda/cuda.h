@@ -322,6 +322,9 @@ struct Q8Fuse {
   // warps, hidden <= 8192; elsewhere the quantize kernel runs first).
   // MOETIER_CUDA_GATE_EARLY=1 (A/B).
   const float* x_src = nullptr;
+  // with x_src: gate/up lets down launch at its start, and down reads ids
+  // after its wait (MOETIER_CUDA_GATE_EARLY=2; A/B)
+  bool trigger = false;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

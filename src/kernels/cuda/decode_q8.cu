@@ -132,6 +132,32 @@ __device__ __forceinline__ void quantize_x_q8(const float* x, int64_t nb, const 
   if (b < nb) xd[b] = quantize32(v, xq + b);
 }
 
+// The same q8 blocks (the same bits) by a whole block, coalesced: r as above
+// (the block's first kQuantThreads threads summing), then warp w quantizes
+// blocks w, w + warps, ... (lane j column 32 b + j; quantize_warp's amax is
+// quantize32's). Every thread of the block calls it; ends with a barrier.
+__device__ __forceinline__ void quantize_x_q8_warps(const float* x, int64_t nb, const float* nw,
+                                                    float eps, Q8x* xq, float* xd, double* part) {
+  float r = 1.0f;
+  if (nw) {
+    double ss = 0.0;
+    if (threadIdx.x < kQuantThreads)
+      for (int64_t i = threadIdx.x; i < 8 * nb; i += kQuantThreads) {
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + i);
+        ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
+      }
+    r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(32 * nb)) + eps);
+  }
+  const int lane = int(threadIdx.x & 31), nw_ = int(blockDim.x / 32);
+  for (int64_t b = threadIdx.x / 32; b < nb; b += nw_) {
+    float v = __ldcg(x + 32 * b + lane);
+    if (nw) v = __ldg(nw + 32 * b + lane) * (v * r);
+    const float d = quantize_warp(v, xq + b);
+    if (lane == 0) xd[b] = d;
+  }
+  __syncthreads();
+}
+
 // Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb]. nw: x is first replaced by
 // rmsnorm(x, nw, eps) (quantize_x_q8; every block sums all of x).
 __global__ void __launch_bounds__(kQuantThreads)
@@ -287,9 +313,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     __shared__ double part[33];
     auto* xqs = reinterpret_cast<Q8x*>(stage + 4 * NW * R * 32);
     auto* xds = reinterpret_cast<float*>(xqs + nb);
-    pe = __ldcg(pred + slot), prep(pe, 4);  // the predicted ids: three or more launches back
-    quantize_x_q8(xsrc, nb, nw, eps, threadIdx.x, xqs, xds, part);  // x: two launches back
-    __syncthreads();
+    if (npre < 0) grid_launch_dependents();  // down reads ids after its wait (Q8Fuse::trigger)
+    pe = __ldcg(pred + slot), prep(pe, 4);   // the predicted ids: three or more launches back
+    quantize_x_q8_warps(xsrc, nb, nw, eps, xqs, xds, part);  // x: two launches back
     xq = xqs, xd = xds;
     dots();
   } else if (early) {
@@ -583,6 +609,8 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const bool early_dot =
       fuse.x_src && fuse.x_ready && fuse.predicted && !wide && nb <= kEarlyMaxNb && !stream;
   const bool x_ready = fuse.x_ready && (!fuse.x_src || early_dot);
+  // trigger: gate/up lets down launch before its own wait, so down reads ids after its wait
+  const bool trigger = early_dot && fuse.trigger;
   const auto gate = early_dot ? moe_gate_up_q8_kernel<8, true>
                     : wide    ? moe_gate_up_q8_kernel<16, false>
                               : moe_gate_up_q8_kernel<8, false>;
@@ -597,7 +625,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        int(kGateSmemEarly)) == cudaSuccess};
   if (!smem_ok[early_dot ? 2 : wide ? 1 : 0]) return 0;
-  const int e = early ? 1 : 0;
+  int e = early ? 1 : 0;
   if (!x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
            s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
@@ -612,7 +640,9 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
       early_dot ? kGateSmem + size_t(nb) * (sizeof(Q8x) + sizeof(float)) : kGateSmem;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), smem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, x_ready ? 0 : e, x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes, early_dot ? fuse.x_src : nullptr, fuse.norm, fuse.eps);
+         trigger ? -1 : g_kernels.predict_passes, early_dot ? fuse.x_src : nullptr, fuse.norm,
+         fuse.eps);
+  if (trigger) e = 0;
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
