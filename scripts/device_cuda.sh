@@ -601,10 +601,12 @@ step_llama30() {
 }
 steps="${*:-all}"
 [ "$steps" = all ] && steps="build test bench"
+# Every step's output also goes to $OUT/steps.log as it comes, so a call cut off
+# at its time limit still returns what ran (the device tool returns $OUT then too).
 for s in $steps; do
   echo "=== $s ($(date +%T))"
   step_$s || break
-done
+done 2>&1 | tee -a "$OUT/steps.log"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
 # The device tool returns at most 8 files: past 7, everything goes into one
 # archive (results.tgz) so that no JSON is left behind.
