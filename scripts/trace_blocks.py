@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Per-block view of one decode step's timeline (MOETIER_CUDA_TRACE=FILE writes
+FILE.rows: every block of one step; docs/cuda.md, "The decode timeline").
+
+Each row of FILE.rows is one block's record: grid (%gridid, counting up in the
+step's launch order), block, blocks (the grid's size), sm, mark, enter, leave
+(ns). Mark 0 is the block's grid_wait: enter = when its thread 0 reached the
+wait, leave = when it left (its release). Marks 1.. are trace_mark points,
+their time in enter.
+
+For the launches FROM .. TO (positions in the step, 0 = its first launch) this
+prints, in us after the first release of launch REF, the quantiles (min, p10,
+median, p90, max; the value of rank floor(q (n - 1)), so of an even count the
+lower middle one) of each launch's wait entry, release and marks. With
+--split S it prints them twice: over the blocks on SMs that ran a block of
+launch S, and over the others (e.g. gate/up's blocks beside the router's).
+Usage: trace_blocks.py FILE.rows --ref REF [--from A --to B] [--split S]
+"""
+import argparse
+import collections
+import csv
+import signal
+import sys
+
+
+def quantiles(v):
+    v = sorted(v)
+    n = len(v)
+    return [v[int(p * (n - 1))] for p in (0.0, 0.1, 0.5, 0.9, 1.0)]
+
+
+def load(path):
+    launches = collections.defaultdict(list)
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            launches[int(r["grid"])].append({k: int(v) for k, v in r.items()})
+    return [launches[g] for g in sorted(launches)]
+
+
+def release(launch):
+    return min(r["leave"] for r in launch if r["mark"] == 0)
+
+
+def series(rows, t0):
+    """{name: [us after t0]} for the wait entry, the release and each mark."""
+    out = collections.OrderedDict()
+    for r in sorted(rows, key=lambda r: r["mark"]):
+        if r["mark"] == 0:
+            out.setdefault("entry", []).append((r["enter"] - t0) / 1000.0)
+            out.setdefault("release", []).append((r["leave"] - t0) / 1000.0)
+        else:
+            out.setdefault(f"mark {r['mark']}", []).append((r["enter"] - t0) / 1000.0)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("rows")
+    ap.add_argument("--ref", type=int, required=True, help="launch whose first release is 0")
+    ap.add_argument("--from", dest="first", type=int, help="first launch (default REF)")
+    ap.add_argument("--to", type=int, help="last launch (default FROM + 3)")
+    ap.add_argument("--split", type=int, help="split blocks by the SMs of this launch")
+    a = ap.parse_args()
+    launches = load(a.rows)
+    first = a.ref if a.first is None else a.first
+    last = first + 3 if a.to is None else a.to
+    for k in (a.ref, first, last) + ((a.split,) if a.split is not None else ()):
+        if not 0 <= k < len(launches):
+            sys.exit(f"trace_blocks: {a.rows}: launch {k} out of 0..{len(launches) - 1}")
+    t0 = release(launches[a.ref])
+    split = {r["sm"] for r in launches[a.split]} if a.split is not None else None
+    print(f"{len(launches)} launches; us after launch {a.ref}'s first release;"
+          " min p10 median p90 max")
+    for k in range(first, last + 1):
+        rows = launches[k]
+        groups = [("", rows)]
+        if split is not None:
+            groups = [(f" on launch {a.split}'s SMs", [r for r in rows if r["sm"] in split]),
+                      (" elsewhere", [r for r in rows if r["sm"] not in split])]
+        sms = len({r["sm"] for r in rows})
+        print(f"launch {k}: {rows[0]['blocks']} blocks on {sms} SMs")
+        for name, sel in groups:
+            blocks = len({r["block"] for r in sel})
+            if not blocks:
+                print(f"  {name.strip() or 'all'}: no blocks")
+                continue
+            for what, v in series(sel, t0).items():
+                q = " ".join(f"{x:7.2f}" for x in quantiles(v))
+                print(f"  {what:<8}{name} ({blocks} blocks) {q}")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head: end quietly
+    main()

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""scripts/trace_blocks.py on a made-up step whose answers are known.
+
+Three launches (grids 7, 8, 9, listed out of order): the reference's 4 blocks
+on SMs 0-3, released at 1 ms with one mark each; the next launch's 6 blocks,
+those on SMs 0-3 entering their wait late (a block beside the reference's) and
+those on SMs 4-5 early; a third launch of one block. The quantiles, the split
+by the reference's SMs and the out-of-range error must come out as computed
+by hand (a quantile is the value of rank floor(q (n - 1)): of an even count, the
+lower middle one).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "trace_blocks.py")
+T0 = 1_000_000  # ns: the reference's first release
+
+
+def made_up(path):
+    lines = ["grid,block,blocks,sm,mark,enter,leave"]
+    for b in range(4):  # reference: entries 500 ns before, releases 0 / 30 ns after T0
+        lines.append(f"7,{b},4,{b},0,{T0 - 500},{T0 + 30 * (b % 2)}")
+        lines.append(f"7,{b},4,{b},1,{T0 + 1000 * (b + 1)},{T0 + 1000 * (b + 1)}")
+    for b in range(6):  # next: on SMs 0-3 entering at 5, 6, 7, 8 us; on 4-5 at 1, 2 us
+        sm = b
+        enter = T0 + (5000 + 1000 * b if b < 4 else 1000 * (b - 3))
+        lines.append(f"8,{b},6,{sm},0,{enter},{T0 + 9000}")
+    lines.append(f"9,0,1,0,0,{T0 + 9500},{T0 + 10000}")
+    lines[1:] = lines[1:][::-1]  # the file's order is not the launch order
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.csv.rows")
+        made_up(path)
+        out = run(path, "--ref", "0", "--from", "0", "--to", "2", "--split", "0")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        want = [
+            "3 launches; us after launch 0's first release; min p10 median p90 max",
+            "launch 0: 4 blocks on 4 SMs",
+            "  entry    on launch 0's SMs (4 blocks)   -0.50   -0.50   -0.50   -0.50   -0.50",
+            "  release  on launch 0's SMs (4 blocks)    0.00    0.00    0.00    0.03    0.03",
+            "  mark 1   on launch 0's SMs (4 blocks)    1.00    1.00    2.00    3.00    4.00",
+            "  elsewhere: no blocks",
+            "launch 1: 6 blocks on 6 SMs",
+            "  entry    on launch 0's SMs (4 blocks)    5.00    5.00    6.00    7.00    8.00",
+            "  release  on launch 0's SMs (4 blocks)    9.00    9.00    9.00    9.00    9.00",
+            "  entry    elsewhere (2 blocks)    1.00    1.00    1.00    1.00    2.00",
+            "  release  elsewhere (2 blocks)    9.00    9.00    9.00    9.00    9.00",
+            "launch 2: 1 blocks on 1 SMs",
+            "  entry    on launch 0's SMs (1 blocks)    9.50    9.50    9.50    9.50    9.50",
+            "  release  on launch 0's SMs (1 blocks)   10.00   10.00   10.00   10.00   10.00",
+            "  elsewhere: no blocks",
+        ]
+        assert lines == want, "\n".join(lines)
+        # without --split: one group, all blocks
+        out = run(path, "--ref", "1", "--from", "1", "--to", "1")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines()[2] == \
+            "  entry    (6 blocks)   -8.00   -8.00   -4.00   -2.00   -1.00", out.stdout
+        # a launch past the step: one line naming the file, non-zero exit
+        out = run(path, "--ref", "3")
+        assert out.returncode != 0 and "launch 3 out of 0..2" in out.stderr, out.stderr
+    print("trace_blocks: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
