@@ -10,8 +10,8 @@ their time in enter.
 
 For the launches FROM .. TO (positions in the step, 0 = its first launch) this
 prints, in us after the first release of launch REF, the quantiles (min, p10,
-median, p90, max; the value of rank floor(q (n - 1)), so of an even count the
-lower middle one) of each launch's wait entry, release and marks. With
+median, p90, max; interpolated between ranks) of each launch's wait entry,
+release and marks. With
 --split S it prints them twice: over the blocks on SMs that ran a block of
 launch S, and over the others (e.g. gate/up's blocks beside the router's).
 Usage: trace_blocks.py FILE.rows --ref REF [--from A --to B] [--split S]
@@ -20,13 +20,16 @@ import argparse
 import collections
 import csv
 import signal
+import statistics
 import sys
 
 
 def quantiles(v):
-    v = sorted(v)
-    n = len(v)
-    return [v[int(p * (n - 1))] for p in (0.0, 0.1, 0.5, 0.9, 1.0)]
+    """min, p10, median, p90, max (interpolated, as statistics.median)."""
+    if len(v) == 1:
+        return v * 5
+    q = statistics.quantiles(v, n=10, method="inclusive")
+    return [min(v), q[0], statistics.median(v), q[8], max(v)]
 
 
 def load(path):

@@ -6,8 +6,8 @@ on SMs 0-3, released at 1 ms with one mark each; the next launch's 6 blocks,
 those on SMs 0-3 entering their wait late (a block beside the reference's) and
 those on SMs 4-5 early; a third launch of one block. The quantiles, the split
 by the reference's SMs and the out-of-range error must come out as computed
-by hand (a quantile is the value of rank floor(q (n - 1)): of an even count, the
-lower middle one).
+by hand (quantiles interpolated between ranks, as statistics.quantiles'
+inclusive method; the median as statistics.median).
 """
 import os
 import subprocess
@@ -21,8 +21,8 @@ T0 = 1_000_000  # ns: the reference's first release
 
 def made_up(path):
     lines = ["grid,block,blocks,sm,mark,enter,leave"]
-    for b in range(4):  # reference: entries 500 ns before, releases 0 / 30 ns after T0
-        lines.append(f"7,{b},4,{b},0,{T0 - 500},{T0 + 30 * (b % 2)}")
+    for b in range(4):  # reference: entries 500 ns before, releases 0 / 40 ns after T0
+        lines.append(f"7,{b},4,{b},0,{T0 - 500},{T0 + 40 * (b % 2)}")
         lines.append(f"7,{b},4,{b},1,{T0 + 1000 * (b + 1)},{T0 + 1000 * (b + 1)}")
     for b in range(6):  # next: on SMs 0-3 entering at 5, 6, 7, 8 us; on 4-5 at 1, 2 us
         sm = b
@@ -49,13 +49,13 @@ def main():
             "3 launches; us after launch 0's first release; min p10 median p90 max",
             "launch 0: 4 blocks on 4 SMs",
             "  entry    on launch 0's SMs (4 blocks)   -0.50   -0.50   -0.50   -0.50   -0.50",
-            "  release  on launch 0's SMs (4 blocks)    0.00    0.00    0.00    0.03    0.03",
-            "  mark 1   on launch 0's SMs (4 blocks)    1.00    1.00    2.00    3.00    4.00",
+            "  release  on launch 0's SMs (4 blocks)    0.00    0.00    0.02    0.04    0.04",
+            "  mark 1   on launch 0's SMs (4 blocks)    1.00    1.30    2.50    3.70    4.00",
             "  elsewhere: no blocks",
             "launch 1: 6 blocks on 6 SMs",
-            "  entry    on launch 0's SMs (4 blocks)    5.00    5.00    6.00    7.00    8.00",
+            "  entry    on launch 0's SMs (4 blocks)    5.00    5.30    6.50    7.70    8.00",
             "  release  on launch 0's SMs (4 blocks)    9.00    9.00    9.00    9.00    9.00",
-            "  entry    elsewhere (2 blocks)    1.00    1.00    1.00    1.00    2.00",
+            "  entry    elsewhere (2 blocks)    1.00    1.10    1.50    1.90    2.00",
             "  release  elsewhere (2 blocks)    9.00    9.00    9.00    9.00    9.00",
             "launch 2: 1 blocks on 1 SMs",
             "  entry    on launch 0's SMs (1 blocks)    9.50    9.50    9.50    9.50    9.50",
@@ -67,7 +67,7 @@ def main():
         out = run(path, "--ref", "1", "--from", "1", "--to", "1")
         assert out.returncode == 0, out.stderr
         assert out.stdout.splitlines()[2] == \
-            "  entry    (6 blocks)   -8.00   -8.00   -4.00   -2.00   -1.00", out.stdout
+            "  entry    (6 blocks)   -8.00   -7.50   -3.50   -1.50   -1.00", out.stdout
         # a launch past the step: one line naming the file, non-zero exit
         out = run(path, "--ref", "3")
         assert out.returncode != 0 and "launch 3 out of 0..2" in out.stderr, out.stderr
