@@ -389,7 +389,9 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       void* scratch = keep.back().data();
       float* out0 = f.zeros(size_t(H), keep);
       // The steps run on the legacy stream, the uploads, zeros and reads on the
-      // backend's: the device is synchronized around each step.
+      // backend's: the device is synchronized around each step. The reference
+      // takes the default kernels, whatever the environment gave the backend.
+      cuda::set_moe_q8_kernels({});
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
                                     scratch, out0, false, nullptr),
@@ -400,31 +402,54 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       const std::vector<std::pair<const char*, std::vector<int32_t>>> preds = {
           {"the router's", ids}, {"reversed", perm}, {"none chosen", other}, {"mixed", mixed}};
       const int64_t nb = H / 32, nh = int64_t(k) * (I / 32);  // moe_q8_x's layout
-      for (const int npre : {4, 2, 1})
-        for (const auto& [name, pred] : preds) {
-          cuda::MoeQ8Kernels mk;
-          mk.predict_passes = npre;
-          cuda::set_moe_q8_kernels(mk);
-          // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
-          auto* sc = static_cast<uint8_t*>(scratch);
-          ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
-          ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
-          cuda::Q8Fuse q;
-          q.x_ready = true;
-          q.predicted = up_ids(pred);
-          float* out = f.zeros(size_t(H), keep);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
-                                        scratch, out, false, nullptr, q),
-                    1)
-              << what << ", " << name;
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
-          const std::vector<float> got = f.down(out, size_t(H));
-          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-              << what << ", predicted " << name << ", " << npre
-              << " passes early: max |diff| / max |ref| " << rel_err(got, want);
-          cuda::set_moe_q8_kernels({});
-        }
+      // gate/up's passes as bulk copies (gate_bulk): the same bits, predicted or
+      // not, with 8 warps of 4 rows and 16 of 2
+      for (const int warps : {8, 16}) {
+        cuda::MoeQ8Kernels mk;
+        mk.gate_bulk = true;
+        mk.gate_warps = warps;
+        cuda::set_moe_q8_kernels(mk);
+        float* out = f.zeros(size_t(H), keep);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                      scratch, out, false, nullptr),
+                  1)
+            << what;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        const std::vector<float> got = f.down(out, size_t(H));
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << what << ", bulk copies, " << warps << " warps: max |diff| / max |ref| "
+            << rel_err(got, want);
+        cuda::set_moe_q8_kernels({});
+      }
+      for (const bool bulk : {false, true})
+        for (const int npre : {4, 2, 1})
+          for (const auto& [name, pred] : preds) {
+            cuda::MoeQ8Kernels mk;
+            mk.predict_passes = npre;
+            mk.gate_bulk = bulk;
+            cuda::set_moe_q8_kernels(mk);
+            // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
+            auto* sc = static_cast<uint8_t*>(scratch);
+            ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
+            ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
+            cuda::Q8Fuse q;
+            q.x_ready = true;
+            q.predicted = up_ids(pred);
+            float* out = f.zeros(size_t(H), keep);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                          scratch, out, false, nullptr, q),
+                      1)
+                << what << ", " << name;
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
+            const std::vector<float> got = f.down(out, size_t(H));
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+                << what << ", predicted " << name << ", " << npre << " passes early"
+                << (bulk ? ", bulk copies" : "") << ": max |diff| / max |ref| "
+                << rel_err(got, want);
+            cuda::set_moe_q8_kernels({});
+          }
     }
   }
 #endif

@@ -347,6 +347,9 @@ struct MoeQ8Kernels {
   // with Q8Fuse::predicted: how many of gate/up's first four passes (gate and
   // up rows of its first two chunks) it starts before its wait (1..4)
   int predict_passes = 4;
+  // gate/up's passes as bulk copies, one a row, on mbarriers (sm_90+; A/B:
+  // MOETIER_CUDA_GATE_BULK=1)
+  bool gate_bulk = false;
 };
 // Every decode kernel's preferred shared-memory carveout, percent (0..100);
 // -1 (the default): no preference (MOETIER_CUDA_CARVEOUT; launch.cuh).

@@ -45,6 +45,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/q8.cuh"
 
 namespace moetier::cuda {
@@ -180,8 +181,18 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // after its global read returns. x's codes of chunk i are read into registers
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
+//
+// BULK (MoeQ8Kernels::gate_bulk, sm_90+): each pass is copied by lane 0 of
+// the warp as R bulk copies (one a row: the warp's 32 chunks of it, 512
+// bytes) completing on the slot's mbarrier, instead of 16 bytes a lane by
+// cp.async, so the early passes take one instruction a row and the block's
+// threads reach grid_wait at once rather than when the copies have left the
+// SM's queue. A slot is refilled only after every lane has read it (a warp
+// barrier); each slot has at most one copy in flight (pend), its next phase
+// parity in ph. The loop over a lane's chunks runs warp-uniformly (lanes past
+// the row's chunks compute nothing).
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-template <int NW>
+template <int NW, bool BULK>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
@@ -189,19 +200,46 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
+  __shared__ uint64_t bars[BULK ? 4 * NW : 1];  // BULK: [4][NW], a slot's copies
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
   const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
+  uint32_t ph = 0, pend = 0;        // BULK: slot b's next parity (bit b), a copy in flight (bit b)
   auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
+  auto bar = [&](int b) { return &bars[BULK ? b * NW + warp : 0]; };
   auto issue = [&](int i, int b, int h) {  // gate (h 0) or up (1) rows of chunk i -> slot b
     asm("" : "+r"(i));  // addresses from the bases each pass: no hoisted pointers
     const uint4* w = h == 0 ? gw : uw;
+    if constexpr (BULK) {  // i: the warp's first chunk (uniform); lane 0 copies the R rows
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      pend |= 1u << b;
+      if (lane == 0) {
+        const unsigned bytes = unsigned(min(32, nbi - i)) * 16u;
+        mbar_expect_tx(bar(b), bytes * R);
 #pragma unroll
-    for (int r = 0; r < R; ++r) cp_async16(at(b, r), w + r * nbi + i);
-    cp_async_commit();
+        for (int r = 0; r < R; ++r) {
+#if !defined(MOETIER_CUDA_L2_PLAIN)
+          bulk_copy_hint(at(b, r), w + r * nbi + i, bytes, bar(b), l2_evict_first());
+#else
+          bulk_copy(at(b, r), w + r * nbi + i, bytes, bar(b));
+#endif
+        }
+      }
+#endif
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) cp_async16(at(b, r), w + r * nbi + i);
+      cp_async_commit();
+    }
+  };
+  auto landed = [&](int b) {  // BULK: slot b's copy
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    mbar_wait(bar(b), (ph >> b) & 1u);
+    ph ^= 1u << b, pend &= ~(1u << b);
+#endif
   };
   auto scales = [&](int i) {  // of chunk i -> sn
 #pragma unroll
@@ -215,8 +253,23 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   // passes p0 .. p1 - 1 of (0, 0), (0, 1), (1, 0), (1, 1), in that order
   auto passes = [&](int p0, int p1) {
 #pragma unroll
-    for (int p = 0; p < 4; ++p)
-      if (p >= p0 && p < p1 && lane + 32 * (p / 2) < nbi) issue(lane + 32 * (p / 2), p, p & 1);
+    for (int p = 0; p < 4; ++p) {
+      if constexpr (BULK) {
+        if (p >= p0 && p < p1 && 32 * (p / 2) < nbi) issue(32 * (p / 2), p, p & 1);
+      } else {
+        if (p >= p0 && p < p1 && lane + 32 * (p / 2) < nbi) issue(lane + 32 * (p / 2), p, p & 1);
+      }
+    }
+  };
+  auto drain = [&] {  // every copy in flight landed (its slot free)
+    if constexpr (BULK) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        if (pend >> b & 1u) landed(b);
+      __syncwarp();  // every lane past its waits before lane 0 reissues into the slots
+    } else {
+      cp_async_wait<0>();
+    }
   };
   auto prep = [&](int32_t id, int p1) {  // expert id's bases and scales, its passes 0 .. p1 - 1
     const ExpertPtrs& ex = table[id];
@@ -226,6 +279,15 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     passes(0, p1);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
+  if constexpr (BULK) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (lane == 0)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) mbar_init(bar(b), 1);
+    mbar_init_fence();
+    __syncwarp();
+#endif
+  }
   int32_t pe = -1;  // pred: the expert started before the wait (its first npre passes)
   if (early)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
@@ -238,7 +300,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     int32_t id;
     sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
     if (id != pe)
-      cp_async_wait<0>(), prep(id, 4);  // mispredicted: the started copies dropped
+      drain(), prep(id, 4);  // mispredicted: the started copies dropped
     else
       passes(npre, 4);  // (the groups stay in pass order)
   } else if (!early) {
@@ -247,27 +309,56 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
+  auto dot = [&](int b, int h, const int4(&xr)[2], float d) {  // slot b's rows, h: gate / up
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      acc[h * R + r] +=
+          float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
+  };
   int c = 0;
+  if constexpr (BULK) {
+    // every lane runs the loop while the warp has chunks (i0: the warp's
+    // first chunk of the pass); lanes past the row's chunks compute nothing
 #pragma unroll 1
-  for (int i = lane; i < nbi; i += 32, ++c) {
-    const bool more = i + 32 < nbi, refill = i + 64 < nbi;
-    if (more) scales(i + 32);
-    int4 xr[2];  // x's codes of chunk i
+    for (int i0 = 0; i0 < nbi; i0 += 32, ++c) {
+      const int i = i0 + lane;
+      if (i + 32 < nbi) scales(i + 32);
+      int4 xr[2] = {};  // x's codes of chunk i
+      float d = 0.0f;
+      if (i < nbi) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
-    const float d = __ldg(xd + i);
+        for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
+        d = __ldg(xd + i);
+      }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
-      cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
-      const int b = 2 * (c & 1) + h;
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        acc[h * R + r] +=
-            float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
-      if (refill) issue(i + 64, b, h);
+      for (int h = 0; h < 2; ++h) {
+        const int b = 2 * (c & 1) + h;
+        landed(b);
+        if (i < nbi) dot(b, h, xr, d);
+        __syncwarp();  // every lane's reads of slot b done before lane 0 refills it
+        if (i0 + 64 < nbi) issue(i0 + 64, b, h);
+      }
+      sc[0] = sn[0], sc[1] = sn[1];
     }
-    sc[0] = sn[0], sc[1] = sn[1];
+  } else {
+#pragma unroll 1
+    for (int i = lane; i < nbi; i += 32, ++c) {
+      const bool more = i + 32 < nbi, refill = i + 64 < nbi;
+      if (more) scales(i + 32);
+      int4 xr[2];  // x's codes of chunk i
+#pragma unroll
+      for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
+      const float d = __ldg(xd + i);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
+        cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
+        const int b = 2 * (c & 1) + h;
+        dot(b, h, xr, d);
+        if (refill) issue(i + 64, b, h);
+      }
+      sc[0] = sn[0], sc[1] = sn[1];
+    }
   }
   trace_mark(ts, 1);
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
@@ -529,14 +620,25 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   float* xd = xs.xd;
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16;
-  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
-  static const bool smem_ok[2] = {
+  // bulk copies: sm_90 and later only (every architecture the build lists)
+  const bool bulk = g_kernels.gate_bulk && MOETIER_CUDA_MIN_ARCH >= 90;
+  using Gate = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
+                        int64_t, int64_t, Q8x*, float*, int, const int32_t*, int);
+  static constexpr Gate kGate[2][2] = {
+      {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
+      {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
+  const Gate gate = kGate[wide ? 1 : 0][bulk ? 1 : 0];
+  static const bool smem_ok[2][2] = {
       // more than the default 48 KB of dynamic shared memory
-      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess,
-      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(kGateSmem)) == cudaSuccess};
-  if (!smem_ok[wide ? 1 : 0]) return 0;
+      {cudaFuncSetAttribute(kGate[0][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            int(kGateSmem)) == cudaSuccess,
+       cudaFuncSetAttribute(kGate[0][1], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            int(kGateSmem)) == cudaSuccess},
+      {cudaFuncSetAttribute(kGate[1][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            int(kGateSmem)) == cudaSuccess,
+       cudaFuncSetAttribute(kGate[1][1], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            int(kGateSmem)) == cudaSuccess}};
+  if (!smem_ok[wide ? 1 : 0][bulk ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
