@@ -233,6 +233,98 @@ TEST(CudaFused, RoutedResidentStepWithNormAndAddMatchesCpu) {
     }
 }
 
+// cuda::o_fold (the router folded into the o projection, RouterFold) against
+// the o projection (gemv1, accumulate) followed by the router with RouterQ8:
+// x' bit for bit; the same ids; weights and probabilities within 1e-5; each
+// q8 code within 1 (at most 1% off) and each scale within 1e-5 relative.
+// The router's raw logits on the layer's input come from gemv_multi
+// (GemvMulti::raw) and M from fold_matrix. Shapes: DeepSeek-shaped (o 4096 x
+// 1024, 256 experts), Qwen3-shaped (2048 x 4096, 128), odd ones, a last block
+// of one warp (40 columns) and one with more q8 blocks than threads (4096 x
+// 64: 128 blocks, 32 threads); o bf16 and f32.
+TEST(CudaFused, RouterFoldedIntoTheOProjectionMatchesTheRouter) {
+  REQUIRE_GPU();
+#if MOETIER_HAVE_CUDA
+  BackendPair f;
+  std::mt19937 rng(61);
+  for (auto [H, C, e, k, oenc] : {std::tuple<int64_t, int64_t, int64_t, int64_t, WeightEncoding>{
+                                      4096, 1024, 256, 6, WeightEncoding::BF16},
+                                  {2048, 4096, 128, 8, WeightEncoding::BF16},
+                                  {96, 264, 37, 5, WeightEncoding::BF16},
+                                  {160, 40, 9, 3, WeightEncoding::BF16},
+                                  {4096, 64, 20, 4, WeightEncoding::BF16},
+                                  {320, 52, 70, 7, WeightEncoding::F32}}) {
+    const std::string what = std::to_string(H) + " x " + std::to_string(C) + ", " +
+                             std::to_string(e) + " experts, top " + std::to_string(k);
+    HostMatrix o(oenc, H, C, rng), router(WeightEncoding::BF16, e, H, rng);
+    const MatView dO = f.gpu->weights(o.view, f.store), dr = f.gpu->weights(router.view, f.store);
+    std::vector<DeviceBuffer> keep;
+    const auto x = randn(size_t(H), rng, 2.0f), g = randn(size_t(H), rng),
+               a = randn(size_t(C), rng);
+    const int64_t nb = H / 32;
+    float *xa = f.up(x, keep), *xb = f.up(x, keep), *da = f.up(a, keep), *dg = f.up(g, keep);
+    auto* done = reinterpret_cast<unsigned*>(f.zeros(2, keep));
+    float* table = f.zeros(300, keep);
+    struct Out {
+      float *probs, *w, *xq, *xd;
+      int32_t* ids;
+    } out[2];
+    for (Out& u : out) {
+      u.probs = f.zeros(size_t(e), keep), u.w = f.zeros(size_t(k), keep);
+      u.xq = f.zeros(size_t(nb * 8), keep), u.xd = f.zeros(size_t(nb), keep);
+      keep.push_back(f.gpu->alloc(size_t(k) * 4)), u.ids = keep.back().as<int32_t>();
+    }
+    float *zx = f.zeros(size_t(e), keep), *za = f.zeros(size_t(e), keep);
+    keep.push_back(f.gpu->alloc(size_t(e * C) * 4));
+    float* m = keep.back().as<float>();
+    f.gpu->synchronize();
+    // the plain step: o projection, then the router (quantizing x')
+    ASSERT_TRUE(cuda::gemv1(dO, da, xa, true, nullptr)) << what;
+    ASSERT_TRUE(cuda::router_topk(dr, xa, k, true, out[0].probs, out[0].ids, out[0].w, done,
+                                  nullptr, dg, 1e-6f, nullptr,
+                                  cuda::RouterQ8{out[0].xq, out[0].xd, table, 1200}))
+        << what;
+    // the fold: W_r (g * x) on the input, M, then one launch
+    cuda::GemvMulti gm;
+    gm.w[0] = static_cast<const uint8_t*>(dr.data), gm.y[0] = zx, gm.tile0[1] = e, gm.count = 1;
+    gm.norm = dg, gm.eps = 1e-6f, gm.raw = 1;
+    ASSERT_TRUE(cuda::gemv_multi(gm, dr.enc, H, xb, nullptr)) << what;
+    ASSERT_TRUE(cuda::fold_matrix(dr, dg, dO, m, nullptr)) << what;
+    cuda::RouterFold rf;
+    rf.m = m, rf.zx = zx, rf.za = za, rf.norm = dg, rf.eps = 1e-6f, rf.e = e, rf.k = k;
+    rf.renorm = 1, rf.probs = out[1].probs, rf.ids = out[1].ids, rf.weights = out[1].w;
+    rf.done = done + 1, rf.q8 = {out[1].xq, out[1].xd, table, 1200};
+    ASSERT_TRUE(cuda::o_fold(dO, da, xb, rf, nullptr)) << what;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+    EXPECT_EQ(f.down(xb, size_t(H)), f.down(xa, size_t(H))) << what << ": x'";
+    std::vector<int32_t> id[2];
+    for (int i = 0; i < 2; ++i) {
+      id[i].resize(size_t(k));
+      f.gpu->to_host(id[i].data(), out[i].ids, id[i].size() * 4);
+    }
+    EXPECT_EQ(id[1], id[0]) << what;
+    const auto w0 = f.down(out[0].w, size_t(k)), w1 = f.down(out[1].w, size_t(k));
+    for (size_t j = 0; j < w0.size(); ++j) EXPECT_NEAR(w1[j], w0[j], 1e-5) << what << " " << j;
+    const auto p0 = f.down(out[0].probs, size_t(e)), p1 = f.down(out[1].probs, size_t(e));
+    for (size_t j = 0; j < p0.size(); ++j)
+      EXPECT_NEAR(p1[j], p0[j], 1e-5) << what << " probs " << j;
+    std::vector<int8_t> q0(static_cast<size_t>(H)), q1(static_cast<size_t>(H));
+    f.gpu->to_host(q0.data(), out[0].xq, q0.size());
+    f.gpu->to_host(q1.data(), out[1].xq, q1.size());
+    int off = 0;
+    for (size_t i = 0; i < q0.size(); ++i) {
+      ASSERT_LE(std::abs(int(q1[i]) - int(q0[i])), 1) << what << " code " << i;
+      off += q1[i] != q0[i];
+    }
+    EXPECT_LE(off, std::max<int64_t>(1, H / 100)) << what;
+    const auto d0 = f.down(out[0].xd, size_t(nb)), d1 = f.down(out[1].xd, size_t(nb));
+    for (size_t b = 0; b < d0.size(); ++b)
+      EXPECT_NEAR(d1[b], d0[b], 1e-5 * std::abs(d0[b])) << what << " scale " << b;
+    EXPECT_EQ(f.down(reinterpret_cast<float*>(done), 2), std::vector<float>(2, 0.0f)) << what;
+  }
+#endif
+}
+
 // cuda::router_topk's RouterQ8 (x quantized inside the router for the q8 MoE
 // kernels): every x block is written, each of the router's blocks taking
 // blocks b, b + grid, ... (more x blocks than router blocks: 2880 columns, 4
