@@ -306,27 +306,16 @@ class Backend {
   // its first passes of them into shared memory while the router runs;
   // docs/cuda.md). Never changes a result. expert_predictions: the predicted
   // experts so far (issued) and how many the router then chose (used); none
-  // where the backend does not predict. The rest of the hint names what the
-  // layer's ops will be given: its o projection (the matmul_add after its
-  // attention) and route_moe_resident_add's eps, renormalize and outputs. With
-  // them a backend may route inside the o projection (CUDA's router fold,
-  // MOETIER_CUDA_ROUTER_FOLD=1: the logits summed in another order).
+  // where the backend does not predict.
   struct ExpertHint {
     const MatView* router = nullptr;  // [experts, hidden]
     const float* norm = nullptr;      // [hidden]
     int table = -1;
     int64_t k = 0;
-    const MatView* o_proj = nullptr;  // [hidden, heads x head_dim]
-    float eps = 0.0f;
-    bool renormalize = false;
-    float* probs = nullptr;    // [experts] (device)
-    int32_t* ids = nullptr;    // [k]
-    float* weights = nullptr;  // [k]
   };
   virtual void hint_experts(const ExpertHint& h) {}
   struct PredictionCounts {
     uint64_t issued = 0, used = 0;
-    uint64_t folded = 0;  // layers routed inside their o projection (CUDA's router fold)
   };
   virtual std::optional<PredictionCounts> expert_predictions() { return std::nullopt; }
 

@@ -143,8 +143,6 @@ RunOut one_run(Engine& e, const std::vector<int32_t>& ids, const Workload& w, co
   if (const auto pred2 = e.backend().expert_predictions(); pred0 && pred2) {
     const uint64_t issued = pred2->issued - pred0->issued, used = pred2->used - pred0->used;
     r["expert_prediction"] = {{"issued", issued}, {"used", used}};
-    if (pred2->folded > pred0->folded)
-      r["expert_prediction"]["router_folded"] = pred2->folded - pred0->folded;
     if (issued > 0) r["expert_prediction"]["accuracy"] = double(used) / double(issued);
   }
   const double prefill_s = seconds(s0.t, s1.t), decode_s = seconds(s1.t, s2.t);

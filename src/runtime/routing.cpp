@@ -35,18 +35,25 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
   return r;
 }
 
-RouterSlots router_slots(const MatView& router, int64_t k, Workspace& ws, int32_t* ids_out) {
+namespace {
+struct RouterOut {
+  float* probs;
+  int32_t* ids;
+  float* w;
+};
+RouterOut router_slots(const MatView& router, int64_t k, Workspace& ws, int32_t* ids_out) {
   const int64_t ne = router.rows;
   check(k >= 1 && k <= ne, "router: top-k {} outside [1, {}] experts", k, ne);
   return {ws.get(kRouterSlot, ne),                             // [E]
           ids_out ? ids_out : ws.get_i32(kRouterSlot + 1, k),  // [k]
           ws.get(kRouterSlot + 2, k)};                         // [k]
 }
+}  // namespace
 
 void route_moe_resident_device(Backend& be, const MatView& router, int table, const float* x,
                                int64_t k, bool norm_topk_prob, int64_t hidden, int64_t intermediate,
                                float* out, Workspace& ws, int32_t* ids_out) {
-  const RouterSlots r = router_slots(router, k, ws, ids_out);
+  const RouterOut r = router_slots(router, k, ws, ids_out);
   be.route_moe_resident(router, table, x, k, norm_topk_prob, r.probs, r.ids, r.w, hidden,
                         intermediate, out);
 }
@@ -55,7 +62,7 @@ void route_moe_resident_add_device(Backend& be, const MatView& router, int table
                                    int64_t k, bool norm_topk_prob, int64_t hidden,
                                    int64_t intermediate, const Backend::NormAdd& f, Workspace& ws,
                                    int32_t* ids_out) {
-  const RouterSlots r = router_slots(router, k, ws, ids_out);
+  const RouterOut r = router_slots(router, k, ws, ids_out);
   be.route_moe_resident_add(router, table, x, k, norm_topk_prob, r.probs, r.ids, r.w, hidden,
                             intermediate, f);
 }

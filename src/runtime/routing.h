@@ -43,15 +43,6 @@ Routing route_softmax_topk(Backend& be, const MatView& router, const float* x, i
 void route_moe_resident_device(Backend& be, const MatView& router, int table, const float* x,
                                int64_t k, bool norm_topk_prob, int64_t hidden, int64_t intermediate,
                                float* out, Workspace& ws, int32_t* ids_out = nullptr);
-// The router outputs route_moe_resident_device / _add_device pass the
-// backend (the same pointers for the same router, k, ws and ids_out): for
-// Backend::ExpertHint.
-struct RouterSlots {
-  float* probs;  // [experts]
-  int32_t* ids;  // [k]
-  float* w;      // [k]
-};
-RouterSlots router_slots(const MatView& router, int64_t k, Workspace& ws, int32_t* ids_out);
 // The same with the block's norm and residual add taken in
 // (Backend::route_moe_resident_add): x [hidden] += the MoE block of
 // rmsnorm(x, f.norm, f.eps).

@@ -387,57 +387,6 @@ TEST(CudaModel, StagedNextLayerExpertsChangeNothing) {
   }
 }
 
-// The router folded into the o projection (MOETIER_CUDA_ROUTER_FOLD=1,
-// cuda::RouterFold; q8 activations, where it applies) against the router's
-// own launch: the same greedy tokens on both prompts, graphs on and off, and
-// every step's logits within the q8 paths' tolerance (a code of x may round
-// the other way: the logits are summed in another order; see
-// FusedDecodeOpsChangeNoToken); every MoE layer of every decode step folded
-// (the backend's device count) and its prediction counted.
-TEST(CudaModel, RouterFoldGivesTheRouterTokens) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
-  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
-  const Tokenizer tok = Tokenizer::load(dir);
-  ActMode act("q8");
-  auto plain = engine(dir, "cuda");
-  std::unique_ptr<Engine> folded;
-  {
-    EnvVar on("MOETIER_CUDA_ROUTER_FOLD", "1");
-    folded = engine(dir, "cuda");
-  }
-  int steps = 0;
-  double worst = 0.0;
-  for (const char* graphs : {"1", "0"}) {
-    EnvVar g("MOETIER_GRAPHS", graphs);
-    for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
-                          "It is a truth universally acknowledged, that a single man"}) {
-      const auto ids = tok.encode(p);
-      std::vector<std::vector<float>> la, lb;
-      EXPECT_EQ(greedy_steps(*folded, ids, 24, la), greedy_steps(*plain, ids, 24, lb))
-          << "MOETIER_GRAPHS=" << graphs << " " << p;
-      ASSERT_EQ(la.size(), lb.size());
-      for (size_t i = 0; i < la.size(); ++i) {
-        const double d = max_rel_diff(la[i], lb[i]);
-        worst = std::max(worst, d);
-        EXPECT_LE(d, 4e-2) << "step " << i << " " << p;
-      }
-      steps += 23;
-    }
-  }
-  const auto c = folded->backend().expert_predictions();
-  ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->folded, uint64_t(steps) * 8);  // 8 MoE layers a decode step
-  EXPECT_EQ(c->issued, uint64_t(steps) * 8 * 8);
-  EXPECT_GT(c->used, c->issued / 4);
-  const auto c0 = plain->backend().expert_predictions();
-  ASSERT_TRUE(c0.has_value());
-  EXPECT_EQ(c0->folded, 0u);
-  std::printf(
-      "router fold: %llu layers folded, %llu of %llu predicted chosen, logits within %.3g\n",
-      (unsigned long long)c->folded, (unsigned long long)c->used, (unsigned long long)c->issued,
-      worst);
-}
-
 // Predicted experts (MOETIER_CUDA_PREDICT=early) change no bit: the router's
 // logits ride along with q/k/v, the o projection's block 0 takes their top k,
 // the router counts what it chose and gate/up starts on them before its wait

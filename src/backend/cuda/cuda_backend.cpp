@@ -155,9 +155,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // instead of updating a dropped one (A/B).
   graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;
   predict_on_ = read_predict_env();
-  // MOETIER_CUDA_ROUTER_FOLD=1: a resident decode layer's router computed by
-  // its o projection's launch (cuda::RouterFold; cuda_predict.cpp; A/B)
-  fold_on_ = env_int("MOETIER_CUDA_ROUTER_FOLD", 0, 1, 0) == 1;
   // MOETIER_CUDA_CARVEOUT=P: every kernel asks for P% of the largest
   // shared-memory carveout (launch.cuh apply_carveout); unset: no preference.
   cuda::set_carveout(int(env_int("MOETIER_CUDA_CARVEOUT", -1, 100, -1)));
@@ -663,7 +660,7 @@ void CudaBackend::matmul(const MatView& w, const float* x, int64_t n, float* y) 
 
 bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float* const> ys,
                     const float* norm, float eps, int rows_per_block, cudaStream_t s,
-                    std::span<const float* const> norms, unsigned raw) {
+                    std::span<const float* const> norms) {
   if (ws.empty() || ws.size() > size_t(cuda::GemvMulti::kMax)) return false;
   cuda::GemvMulti g;
   for (size_t i = 0; i < ws.size(); ++i) {
@@ -680,7 +677,6 @@ bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float
   g.norm = norm;
   g.eps = eps;
   g.rows_per_block = rows_per_block;
-  g.raw = raw;
   return cuda::gemv_multi(g, ws[0].enc, ws[0].cols, x, s);
 }
 
@@ -723,7 +719,6 @@ void CudaBackend::matmul_add(const MatView& w, const float* x, int64_t n, float*
   if (w.rows < 32768 && skipped(kSkipO, n)) return;
   if (n > kGemvMax && !f32_prefill_) return gemm_bf16(w, x, n, y, true);
   if (n == 1 && !legacy_decode_ && fuse_) {
-    if (fold_o(w, x, y)) return after("o_fold");
     if (const cuda::ExpertPredict pf = take_predict();
         pf.logits && cuda::gemv1(w, x, y, true, stream_, pf)) {
       predicted_table_ = pf_table_;  // (pf_table_ stays until the router counts)
@@ -796,16 +791,6 @@ void CudaBackend::attend_decode(float* q, float* k, const float* v, const float*
   cuda::DecodePrep p;
   p.k_new = k, p.v_new = v, p.q_norm = q_norm, p.k_norm = k_norm, p.inv_freq = inv_freq,
   p.eps = eps;
-  if (!legacy_decode_ && fold_.stage == 2) {  // the router folded: attention predicts
-    p.pf = pf_;
-    fold_.stage = 0;
-    if (cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
-                               scale, p, out, scratch, sync()->attn_done, stream_)) {
-      fold_.stage = 3;
-      return after("attend_decode_predict");
-    }
-    p.pf = {};
-  }
   if (!legacy_decode_ &&
       cuda::attention_decode(q, k_cache, v_cache, pos, step_pos(pos), record_max_, nh, nkv, hd,
                              scale, p, out, scratch, sync()->attn_done, stream_))

@@ -28,7 +28,7 @@ size_t scale_bytes(const MatView& w);
 // (nothing launched) where it does not apply.
 bool gemv_multi_one(std::span<const MatView> ws, const float* x, std::span<float* const> ys,
                     const float* norm, float eps, int rows_per_block, cudaStream_t s,
-                    std::span<const float* const> norms = {}, unsigned raw = 0);
+                    std::span<const float* const> norms = {});
 // MOETIER_CUDA_PREDICT (cuda_predict.cpp): early (each resident decode layer's
 // experts predicted before attention, gate/up started on them) or off.
 bool read_predict_env();
@@ -257,40 +257,13 @@ class CudaBackend final : public Backend {
   struct PredictSlots {
     float* logits;               // [ExpertPredict::kMaxExperts]
     int32_t* ids;                // [ExpertPredict::kMaxK]
-    unsigned long long* counts;  // [3]: used, issued (count_predicted), layers folded (o_fold)
+    unsigned long long* counts;  // [2]: used, issued (the router's count_predicted)
     // byte offsets of ids and counts, and predict_'s size
     static constexpr size_t kIds = cuda::ExpertPredict::kMaxExperts * sizeof(float);
     static constexpr size_t kCounts = kIds + cuda::ExpertPredict::kMaxK * sizeof(int32_t);
-    static constexpr size_t kBytes = kCounts + 3 * sizeof(unsigned long long);
+    static constexpr size_t kBytes = kCounts + 2 * sizeof(unsigned long long);
   };
   PredictSlots predict_slots() const;
-  // The router folded into the o projection (MOETIER_CUDA_ROUTER_FOLD=1;
-  // cuda::RouterFold; cuda_predict.cpp), per hinted layer: hint_experts keeps
-  // the hint and the layer's M = W_r diag(g) O (fold_m_, built once, never
-  // while recording) in fold_ (stage 1); predict_qkv computes the router's
-  // fourth matrix raw (stage 2); attend_decode has attention's extra block
-  // take its top k (stage 3, the prediction written two launches before
-  // gate/up); matmul_add on the hinted o projection launches o_fold
-  // (folded_table_), and route_moe_resident_add on that table with the
-  // hinted outputs launches no router. Any other op order drops it.
-  bool fold_on_ = false;
-  struct FoldKey {
-    const void* router;
-    const float* norm;
-    const void* o;
-    auto operator<=>(const FoldKey&) const = default;
-  };
-  std::map<FoldKey, DeviceBuffer> fold_m_;  // [experts, o.cols] f32
-  struct Fold {
-    ExpertHint h;
-    const float* m = nullptr;
-    int stage = 0;  // 0: none
-  };
-  Fold fold_;
-  int folded_table_ = -1;
-  Scratch fold_za_;  // [experts] M a
-  void hint_fold(const ExpertHint& h);
-  bool fold_o(const MatView& o, const float* a, float* x);
   bool predict_qkv(std::span<const MatView> ws, const float* x, const float* norm, float eps,
                    std::span<float* const> ys);
   cuda::ExpertPredict take_predict();

@@ -334,15 +334,9 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
                                          const NormAdd& f) {
   const Table& t = table_at(table, k);
   const int predicted = predicted_k_ == k ? predicted_table_ : -1;  // the layer's hints end here
-  // o_fold routed already, into these outputs (cuda_predict.cpp)
-  const bool folded = folded_table_ == table && fold_.h.k == k && fold_.h.probs == probs &&
-                      fold_.h.ids == ids && fold_.h.weights == weights &&
-                      fold_.h.renormalize == renormalize && fold_.h.norm == f.norm &&
-                      fold_.h.eps == f.eps && fold_.h.router == &router;
   hint_.reset(), pf_ = {}, pf_table_ = predicted_table_ = -1;
-  fold_ = {}, folded_table_ = -1;
   const cuda::ExpertPtrs* p = take_staged(table);
-  const bool stage = !skip_ && !folded && can_stage(f.next, k, hidden);
+  const bool stage = !skip_ && can_stage(f.next, k, hidden);
   const bool fuse = fuse_ && !legacy_decode_ && act_q8_ &&
                     cuda::moe_q8_applies(t.enc, t.vec, int(k), hidden, intermediate) &&
                     router.cols == hidden && router.rows <= 1024 && k <= router.rows;
@@ -368,7 +362,7 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
       rq.counts = predict_slots().counts;
     }
   }
-  if (!skipped(kSkipRouter, 1) && !(folded && rq.xq)) {
+  if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
                            stream_, f.norm, f.eps, xc, rq))
       return route_add_ops(router, t, p, x, k, renormalize, probs, ids, weights, hidden,

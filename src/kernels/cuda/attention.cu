@@ -29,7 +29,6 @@
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/predict.cuh"
 #include "kernels/cuda/rowdot.cuh"
 
 namespace moetier::cuda {
@@ -404,8 +403,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
   int64_t tps = 0, splits = 0;
   decode_layout(len, tps, splits);
-  // prep.pf: the grid's last column is the prediction's block (after the S splits)
-  const int64_t sp = blockIdx.y, S = gridDim.y - (prep.pf.logits ? 1 : 0), g = blockIdx.x;
+  const int64_t sp = blockIdx.y, S = gridDim.y, g = blockIdx.x;
   const int G = int(heads / kvh);
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
   const int ld = hd + 4, nd4 = hd / 4;
@@ -440,10 +438,6 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   }
   const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
-  if (sp == S) {  // (prep.pf) the logits come from the q/k/v GEMV, the launch before
-    if (g == 0) predict_topk(prep.pf, reinterpret_cast<uint32_t*>(smem4));
-    return;
-  }
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
   if (fused) {
@@ -523,7 +517,7 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
-  const dim3 grid{unsigned(kvh), unsigned(S + (prep.pf.logits ? 1 : 0))};
+  const dim3 grid{unsigned(kvh), unsigned(S)};
   launch(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos,
          d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
 }
@@ -580,11 +574,6 @@ bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t po
                       int64_t hd, float scale, const DecodePrep& prep, float* out, float* scratch,
                       unsigned* done, cudaStream_t s) {
   if (!decode_applies(1, heads, kv_heads, hd) || !prep.k_new || !prep.v_new || !prep.inv_freq)
-    return false;
-  // prep.pf: its keys [e] in the block's dynamic shared memory (at least 2 tiles of K and V)
-  if (prep.pf.logits &&
-      (prep.pf.e < 1 || prep.pf.k < 1 || prep.pf.k > prep.pf.e ||
-       prep.pf.k > ExpertPredict::kMaxK || prep.pf.e > 2 * kTile * (hd + 4) || !prep.pf.ids))
     return false;
   const int64_t len = d_pos ? max_positions : pos + 1;
   const int64_t S = decode_grid_splits(len),

@@ -129,52 +129,6 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renormalize, 
                  const float* norm = nullptr, float eps = 0.0f, float* x_copy = nullptr,
                  const RouterQ8& q8 = {});
 
-// The router folded into the o projection (MOETIER_CUDA_ROUTER_FOLD=1;
-// docs/cuda.md). With x' = x + O a (the o projection's residual add) the
-// router's logits on rmsnorm(x') = g * x' * rstd(x') are
-// rstd(x') (W_r (g * x) + M a), M = W_r diag(g) O [e, cols] (fold_matrix),
-// and W_r (g * x) comes from the q/k/v GEMV on the layer's input (its fourth
-// matrix, raw: GemvMulti::raw). o_fold computes O a and M a in one launch;
-// its last block takes the softmax top-k of the logits and quantizes
-// rmsnorm(x') into q8.xq / q8.xd, so no router launch follows: the MoE
-// step's gate/up comes next (Q8Fuse::x_ready). Equal to the router's outputs
-// up to f32 rounding (the logits summed in another order).
-struct RouterFold {
-  const float* m = nullptr;     // [e, cols] f32
-  const float* zx = nullptr;    // [e] W_r (g * x), written two or more launches back
-  float* za = nullptr;          // [e] scratch: M a
-  const float* norm = nullptr;  // [rows] g, the post-attention norm
-  float eps = 0.0f;
-  int64_t e = 0, k = 0;
-  int renorm = 0;
-  float* probs = nullptr;    // [e]
-  int32_t* ids = nullptr;    // [k]
-  float* weights = nullptr;  // [k]
-  unsigned* done = nullptr;  // block counter, 0 before and after
-  RouterQ8 q8;  // xq and xd required; prefetch and predicted as the router's; counts [3]:
-                // the router's two and the folds (+1 a launch)
-};
-// x [rows] += o a and the router's outputs (false: nothing launched).
-bool o_fold(const MatView& o, const float* a, float* x, const RouterFold& f, cudaStream_t s);
-// m [router.rows, o.cols] = router diag(norm) o in double, rounded to f32
-// (bf16 or f32 router and o; false: nothing launched). Launched without PDL.
-bool fold_matrix(const MatView& router, const float* norm, const MatView& o, float* m,
-                 cudaStream_t s);
-
-// A decode layer's experts predicted before its router (docs/cuda.md
-// "Predicted experts start gate/up early"; predict.cuh): block 0 of a gemv1
-// launch given one takes, before its grid_wait, the top k of logits [e] (the
-// layer's router applied to its input before attention, written by the q/k/v
-// GEMV two launches back: read through L2) and writes them to ids [k], which
-// the router counts and gate/up starts copying early (Q8Fuse::predicted).
-struct ExpertPredict {
-  static constexpr int kMaxExperts = 1024;  // e (the fused router's limit)
-  static constexpr int kMaxK = 32;          // k
-  const float* logits = nullptr;            // [e]; null: none
-  int32_t* ids = nullptr;                   // [k]
-  int e = 0, k = 0;
-};
-
 // Causal GQA attention (see Backend::attention). Graph mode: d_pos non-null,
 // the query's position is *d_pos and the grid covers max_positions. scratch:
 // at least attention_scratch_floats(n_q, covered positions, ...) floats, where
@@ -199,9 +153,6 @@ struct DecodePrep {
   const float* k_norm = nullptr;    // [hd] or null
   const float* inv_freq = nullptr;  // [hd / 2]
   float eps = 0.0f;
-  // With pf.logits: one more block (after the splits) takes their top k into
-  // pf.ids after its wait (the router folded into the o projection, RouterFold).
-  ExpertPredict pf;
 };
 bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t pos,
                       const int64_t* d_pos, int64_t max_positions, int64_t heads, int64_t kv_heads,
@@ -212,6 +163,19 @@ bool attention_decode(const float* q, float* k_cache, float* v_cache, int64_t po
 struct ExpertPtrs {
   const void* w[3];     // gate [I, H], up [I, H], down [H, I]
   const uint8_t* s[3];  // their scales / codebooks (null for f32, bf16)
+};
+// A decode layer's experts predicted before its router (docs/cuda.md
+// "Predicted experts start gate/up early"; predict.cuh): block 0 of a gemv1
+// launch given one takes, before its grid_wait, the top k of logits [e] (the
+// layer's router applied to its input before attention, written by the q/k/v
+// GEMV two launches back: read through L2) and writes them to ids [k], which
+// the router counts and gate/up starts copying early (Q8Fuse::predicted).
+struct ExpertPredict {
+  static constexpr int kMaxExperts = 1024;  // e (the fused router's limit)
+  static constexpr int kMaxK = 32;          // k
+  const float* logits = nullptr;            // [e]; null: none
+  int32_t* ids = nullptr;                   // [k]
+  int e = 0, k = 0;
 };
 
 // One entry of a resident expert table set (write_table_entries).
@@ -417,7 +381,6 @@ struct GemvMulti {
   int count = 0;
   const float* norm = nullptr;    // [cols] RMSNorm weights, or none
   const float* norms[kMax] = {};  // matrix m's own RMSNorm weights where set (norm set too)
-  unsigned raw = 0;               // bit m: matrix m's rows are w . (norm * x), rstd(x) not applied
   float eps = 0.0f;
   int rows_per_block = 0;  // of the block GEMV: 1, 2, 4 or 8 (0: set_gemv_block_rows' rule)
   ExpertPredict pf;        // the block GEMV only (its block 0); else refused

@@ -54,15 +54,13 @@ __device__ __forceinline__ float block_rstd(const float* red_ss, int64_t cols, f
 // wait, so the caller's accumulate costs no load after the dot. stash (or
 // null): [64] shared, gets x's (and with NORM nw's) columns 32 blockIdx.x ..
 // + 31 as the dot reads them (the caller reads it after the dot's syncs).
-// scale false (NORM): w . (nw * x), rstd not applied.
 template <int ENC, int R, bool NORM = false, int M = 0>
 __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t* sc, int64_t rows,
                                                 int64_t row0, int64_t cols, const float* x,
                                                 const float* lut, float (*red)[kMaxThreads / 32],
                                                 const float* nw = nullptr, float eps = 0.0f,
                                                 unsigned* ts = nullptr, const float* y = nullptr,
-                                                float* y_old = nullptr, float* stash = nullptr,
-                                                bool scale = true) {
+                                                float* y_old = nullptr, float* stash = nullptr) {
   using C = Chunk<ENC>;
   constexpr int S = R + (NORM ? 1 : 0);  // the rows, then (NORM) x's sum of squares
   const int64_t nch = cols / C::kCols;
@@ -107,14 +105,13 @@ __device__ __forceinline__ float block_rows_dot(const uint8_t* w, const uint8_t*
   }
   float t = block_sum<S>(acc, red);  // (syncs: every warp's partials are in red)
   if constexpr (NORM) {
-    if (threadIdx.x < R && scale) t *= block_rstd(red[R], cols, eps);
+    if (threadIdx.x < R) t *= block_rstd(red[R], cols, eps);
   }
   return t;
 }
 
 // Block b owns R rows of one matrix (matrix m's rows take ceil(rows_m / R)
-// consecutive blocks); NORM: of rmsnorm(x, g.norms[m] or g.norm, g.eps), or
-// with g.raw's bit m of nw * x alone.
+// consecutive blocks); NORM: of rmsnorm(x, g.norms[m] or g.norm, g.eps).
 // With g.pf, block 0 first predicts the layer's experts (predict.cuh), before
 // its grid_wait.
 template <int ENC, int R, bool NORM>
@@ -136,8 +133,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const float* nw = g.norms[m] ? g.norms[m] : g.norm;
   float old = 0.0f;  // accumulate: y's rows, read right after the wait
   const float t = block_rows_dot<ENC, R, NORM>(g.w[m], g.sc[m], rows, row0, cols, x, lut, red, nw,
-                                               g.eps, nullptr, accumulate ? g.y[m] : nullptr, &old,
-                                               nullptr, !(g.raw >> m & 1u));
+                                               g.eps, nullptr, accumulate ? g.y[m] : nullptr, &old);
   if (threadIdx.x < R && row0 + threadIdx.x < rows)
     g.y[m][row0 + threadIdx.x] = accumulate ? old + t : t;
 }
@@ -223,108 +219,6 @@ __global__ void __launch_bounds__(kMaxThreads)
   trace_mark(ts, 3);  // (the top-k's end; a block of one warp quantizes after it)
   if (q8.xq && qw == 0) router_quantize<NORM, R>(x, nw, eps, cols, red, q8, 0, stash);
   end_mark();
-}
-
-// The last block of o_fold_kernel: rstd of x' (the whole row, after every
-// block's count), the softmax top-k of rstd (zx + za) in warp 0, and x's q8
-// blocks of g * (x' * rstd) (block b by thread b, quantize32; past the block's
-// threads, loaded again).
-template <int V>
-__device__ __forceinline__ void fold_tail(const float* x, int64_t hidden, const RouterFold& f,
-                                          unsigned ts) {
-  __shared__ float ssw[kMaxThreads / 32];
-  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x / 32);
-  const int64_t nb = hidden / 32, b0 = threadIdx.x;
-  float p[V];        // warp 0: expert lane + 32 i's logit, before rstd
-  int32_t pid = -1;  // warp 0: the predicted id of lane (< k)
-  if (warp == 0) {
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const int64_t j = lane + 32 * i;
-      p[i] = j < f.e ? __ldcg(f.zx + j) + __ldcg(f.za + j) : 0.0f;
-    }
-    if (f.q8.predicted && lane < f.k) pid = __ldcg(f.q8.predicted + lane);
-  }
-  auto load32 = [&](int64_t b, float(&v)[32]) {  // x' (other blocks wrote it: through L2)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float4 q = __ldcg(reinterpret_cast<const float4*>(x + 32 * b) + j);
-      v[4 * j] = q.x, v[4 * j + 1] = q.y, v[4 * j + 2] = q.z, v[4 * j + 3] = q.w;
-    }
-  };
-  float v[32], ss = 0.0f;
-  if (b0 < nb) {
-    load32(b0, v);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) ss += v[j] * v[j];
-  }
-  for (int64_t b = b0 + blockDim.x; b < nb; b += blockDim.x) {
-    float u[32];
-    load32(b, u);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) ss += u[j] * u[j];
-  }
-  ss = warp_sum(ss);
-  if (lane == 0) ssw[warp] = ss;
-  __syncthreads();
-  ss = 0.0f;
-  for (int wi = 0; wi < int(blockDim.x / 32); ++wi) ss += ssw[wi];
-  const float r = 1.0f / sqrtf(ss / float(hidden) + f.eps);
-  auto* xq = static_cast<Q8x*>(f.q8.xq);
-  auto quantize = [&](int64_t b, float(&u)[32]) {
-#pragma unroll
-    for (int j = 0; j < 32; ++j) u[j] = __ldg(f.norm + 32 * b + j) * (u[j] * r);
-    f.q8.xd[b] = quantize32(u, xq + b);
-  };
-  if (b0 < nb) quantize(b0, v);
-  for (int64_t b = b0 + blockDim.x; b < nb; b += blockDim.x) {
-    float u[32];
-    load32(b, u);
-    quantize(b, u);
-  }
-  if (warp == 0) {
-#pragma unroll
-    for (int i = 0; i < V; ++i) p[i] = lane + 32 * i < f.e ? p[i] * r : -FLT_MAX;
-    const int32_t mine = softmax_topk_vals<V>(p, f.e, f.k, f.renorm, f.probs, f.ids, f.weights);
-    if (f.q8.predicted) count_predicted(pid, mine, int(f.k), f.q8.counts);
-    if (f.q8.counts && lane == 0) atomicAdd(f.q8.counts + 2, 1ull);  // (counts [3]: a fold)
-  }
-  trace_mark(ts, 3);
-}
-
-// The o projection with the layer's router folded in (cuda.h RouterFold).
-// Blocks [0, ceil(rows / R)) add R rows of O a each to x (gemv1's accumulate:
-// the same bits), the next ceil(e / R) blocks write R rows of M a to za; the
-// last block to finish (f.done, reset by it) runs fold_tail.
-template <int ENC, int R, int V>
-__global__ void __launch_bounds__(kMaxThreads)
-    o_fold_kernel(const uint8_t* w, const uint8_t* sc, int64_t rows, int64_t cols, const float* a,
-                  float* x, RouterFold f) {
-  __shared__ float lut[16];
-  __shared__ float red[R][kMaxThreads / 32];
-  if (f.q8.prefetch) prefetch_l2(f.q8);
-  if constexpr (ENC == kMXFP4) fill_e2m1(lut);
-  __syncthreads();
-  const int64_t bo = (rows + R - 1) / R;
-  unsigned ts = 0;  // trace marks: dot, count, the tail's end
-  if (int64_t(blockIdx.x) < bo) {
-    const int64_t row0 = int64_t(blockIdx.x) * R;
-    float old = 0.0f;
-    const float t = block_rows_dot<ENC, R, false, 3>(w, sc, rows, row0, cols, a, lut, red, nullptr,
-                                                     0.0f, &ts, x, &old);
-    if (threadIdx.x < R && row0 + threadIdx.x < rows) x[row0 + threadIdx.x] = old + t;
-  } else {
-    const int64_t row0 = (int64_t(blockIdx.x) - bo) * R;
-    const float t =
-        block_rows_dot<kF32, R, false, 3>(reinterpret_cast<const uint8_t*>(f.m), nullptr, f.e, row0,
-                                          cols, a, lut, red, nullptr, 0.0f, &ts);
-    if (threadIdx.x < R && row0 + threadIdx.x < f.e) f.za[row0 + threadIdx.x] = t;
-  }
-  trace_mark(ts, 1);
-  if (!last_block_arrive(f.done, gridDim.x)) return;  // x' and za visible to the last block
-  trace_mark(ts, 2);
-  fold_tail<V>(x, rows, f, ts);
-  if (threadIdx.x == 0) *f.done = 0;
 }
 
 // Matrix m's rows belong to warps [sum of earlier warps, + ceil(rows_m / R)).
@@ -653,29 +547,6 @@ void router_enc(const MatView& w, const float* x, const float* nw, float eps, in
     router_launch<ENC, false>(w, x, nw, eps, k, renorm, probs, ids, weights, done, xc, q8, s);
 }
 
-template <int ENC, int R>
-void o_fold_launch(const MatView& o, const float* a, float* x, const RouterFold& f,
-                   cudaStream_t s) {
-  using K =
-      void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const float*, float*, RouterFold);
-  const K kern = f.e <= 128   ? o_fold_kernel<ENC, R, 4>
-                 : f.e <= 256 ? o_fold_kernel<ENC, R, 8>
-                              : o_fold_kernel<ENC, R, 32>;
-  const unsigned b = unsigned((o.rows + R - 1) / R + (f.e + R - 1) / R);
-  launch(kern, b, threads_for(o.cols / Chunk<ENC>::kCols), 0, s,
-         static_cast<const uint8_t*>(o.data), o.scales, o.rows, o.cols, a, x, f);
-}
-
-template <int ENC>
-void o_fold_enc(const MatView& o, const float* a, float* x, const RouterFold& f, cudaStream_t s) {
-  // rows per block as gemv1's (gemv_warps): the same rows' sums, bit for bit
-  const int r = g_block_rows ? g_block_rows : o.rows >= 4096 ? 4 : o.rows >= 2048 ? 2 : 1;
-  if (r == 8) return o_fold_launch<ENC, 8>(o, a, x, f, s);
-  if (r == 4) return o_fold_launch<ENC, 4>(o, a, x, f, s);
-  if (r == 2) return o_fold_launch<ENC, 2>(o, a, x, f, s);
-  o_fold_launch<ENC, 1>(o, a, x, f, s);
-}
-
 }  // namespace
 
 bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float* probs,
@@ -696,22 +567,6 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
       return router_enc<kMXFP4>(w, x, norm, eps, k, renorm, probs, ids, weights, done, x_copy, q8,
                                 s),
              true;
-  }
-}
-
-bool o_fold(const MatView& o, const float* a, float* x, const RouterFold& f, cudaStream_t s) {
-  if (o.enc == WeightEncoding::CB3 || !vectorizable(o) || o.rows < 32 || o.rows % 32 ||
-      o.rows >= g_warp_rows || o.cols % enc_cols(o.enc) || o.cols % 4 || f.e < 1 || f.e > 1024 ||
-      f.k < 1 || f.k > 32 || f.k > f.e || !f.m || !f.zx || !f.za || !f.norm || !f.done ||
-      !f.q8.xq || !f.q8.xd)
-    return false;
-  switch (o.enc) {
-    case WeightEncoding::F32:
-      return o_fold_enc<kF32>(o, a, x, f, s), true;
-    case WeightEncoding::BF16:
-      return o_fold_enc<kBF16>(o, a, x, f, s), true;
-    default:
-      return o_fold_enc<kMXFP4>(o, a, x, f, s), true;
   }
 }
 

@@ -159,22 +159,6 @@ __global__ void __launch_bounds__(kArgThreads)
   trace_mark(ts, 2);
 }
 
-// m [e, cols] = wr [e, hidden] diag(g) o [hidden, cols] (fold_matrix): a
-// thread per (row, column), the products exact in double and summed in double.
-__device__ __forceinline__ double elem(const uint8_t* p, bool bf16, int64_t i) {
-  if (bf16) return double(__uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(p)[i]) << 16));
-  return double(reinterpret_cast<const float*>(p)[i]);
-}
-__global__ void fold_matrix_kernel(const uint8_t* wr, bool wr16, const float* g, const uint8_t* o,
-                                   bool o16, int64_t hidden, int64_t cols, float* m) {
-  const int64_t e = blockIdx.y, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  double acc = 0.0;
-  for (int64_t j = 0; j < hidden; ++j)
-    acc += elem(wr, wr16, e * hidden + j) * double(g[j]) * elem(o, o16, j * cols + c);
-  m[e * cols + c] = float(acc);
-}
-
 }  // namespace
 
 namespace {
@@ -309,21 +293,6 @@ void softmax_topk(const float* logits, int64_t n, int64_t e, int64_t k, bool ren
     launch(softmax_topk_kernel<8>, g, 32, 0, s, logits, e, k, r, probs, ids, weights);
   else
     launch(softmax_topk_kernel<32>, g, 32, 0, s, logits, e, k, r, probs, ids, weights);
-}
-
-bool fold_matrix(const MatView& router, const float* norm, const MatView& o, float* m,
-                 cudaStream_t s) {
-  auto plain = [](const MatView& w) {
-    return w.enc == WeightEncoding::BF16 || w.enc == WeightEncoding::F32;
-  };
-  if (!plain(router) || !plain(o) || router.cols != o.rows || !norm || router.rows < 1 ||
-      o.cols < 1 || router.rows > 65535)
-    return false;
-  const dim3 grid{unsigned((o.cols + 127) / 128), unsigned(router.rows)};
-  fold_matrix_kernel<<<grid, 128, 0, s>>>(
-      static_cast<const uint8_t*>(router.data), router.enc == WeightEncoding::BF16, norm,
-      static_cast<const uint8_t*>(o.data), o.enc == WeightEncoding::BF16, router.cols, o.cols, m);
-  return true;
 }
 
 }  // namespace moetier::cuda

@@ -31,10 +31,9 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // The keys are the launch's dynamic shared memory (kPredictSmem, given only
 // to launches that predict).
 constexpr size_t kPredictSmem = ExpertPredict::kMaxExperts * sizeof(uint32_t);
-// predict_topk: the same by warp 0 of any block, key [e] its shared memory
-// (attention's extra block with the router folded into the o projection).
-__device__ __forceinline__ void predict_topk(const ExpertPredict& pf, uint32_t* key) {
-  if (threadIdx.x >= 32) return;
+__device__ __forceinline__ void predict_ids(const ExpertPredict& pf) {
+  extern __shared__ uint32_t key[];  // [e]
+  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
   const int lane = int(threadIdx.x & 31);
   for (int i = lane; i < pf.e; i += 32) key[i] = order_key(__ldcg(pf.logits + i)) | 1u;  // 0: taken
   __syncwarp();
@@ -47,10 +46,6 @@ __device__ __forceinline__ void predict_topk(const ExpertPredict& pf, uint32_t* 
     if (lane == 0) key[win] = 0, pf.ids[r] = int32_t(win);
     __syncwarp();
   }
-}
-__device__ __forceinline__ void predict_ids(const ExpertPredict& pf) {
-  extern __shared__ uint32_t key[];  // [e]
-  if (blockIdx.x == 0) predict_topk(pf, key);
 }
 
 // Warp 0 of the router's last block, after its top-k: lane r < k holds the

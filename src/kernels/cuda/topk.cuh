@@ -28,16 +28,19 @@ __device__ __forceinline__ uint32_t warp_reduce_u32(uint32_t v) {
 // ... (V per lane). k <= 32 rounds of a warp arg-max (ties to the lower id;
 // the backend refuses more); the weights are summed in selection order, and
 // lane r writes round r's id and weight (and returns the id; lanes >= k: 0).
-// softmax_topk_vals: the same from the logits in registers (p[i]: expert
-// lane + 32 i; -FLT_MAX past e).
 template <int V>
-__device__ __forceinline__ int32_t softmax_topk_vals(float (&p)[V], int64_t e, int64_t k,
+__device__ __forceinline__ int32_t softmax_topk_warp(const float* logits, int64_t e, int64_t k,
                                                      int renorm, float* probs, int32_t* ids,
                                                      float* weights) {
   const int lane = int(threadIdx.x & 31);
+  float p[V];
   float m = -FLT_MAX;
 #pragma unroll
-  for (int i = 0; i < V; ++i) m = fmaxf(m, p[i]);
+  for (int i = 0; i < V; ++i) {
+    const int64_t j = lane + 32 * i;
+    p[i] = j < e ? __ldcg(logits + j) : -FLT_MAX;
+    m = fmaxf(m, p[i]);
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   float sum = 0.0f;
@@ -88,17 +91,6 @@ __device__ __forceinline__ int32_t softmax_topk_vals(float (&p)[V], int64_t e, i
     weights[lane] = renorm ? my_w / sel_sum : my_w;
   }
   return my_id;
-}
-
-template <int V>
-__device__ __forceinline__ int32_t softmax_topk_warp(const float* logits, int64_t e, int64_t k,
-                                                     int renorm, float* probs, int32_t* ids,
-                                                     float* weights) {
-  const int lane = int(threadIdx.x & 31);
-  float p[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) p[i] = lane + 32 * i < e ? __ldcg(logits + lane + 32 * i) : -FLT_MAX;
-  return softmax_topk_vals<V>(p, e, k, renorm, probs, ids, weights);
 }
 
 }  // namespace moetier::cuda

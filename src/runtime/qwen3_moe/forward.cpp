@@ -46,12 +46,8 @@ std::vector<float> Qwen3MoeModel::forward(std::span<const int32_t> tokens, int64
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& lw = layers_[size_t(l)];
     const int table = lw.moe ? experts.device_table(l) : -1;
-    if (n == 1 && table >= 0 && !(opt.observer && *opt.observer)) {  // resident decode (moe())
-      const int64_t k = c.num_experts_per_tok;
-      const RouterSlots r = router_slots(lw.router, k, ws, experts.device_ids(l));
-      be.hint_experts({&lw.router, lw.post_attention_norm, table, k, &lw.attn.o,
-                       float(c.rms_norm_eps), c.norm_topk_prob, r.probs, r.ids, r.w});
-    }
+    if (n == 1 && table >= 0 && !(opt.observer && *opt.observer))  // resident decode (moe())
+      be.hint_experts({&lw.router, lw.post_attention_norm, table, c.num_experts_per_tok});
     attention(l, x, xa, n, start_pos, *st, y);  // x += attn(rmsnorm(x))
     if (layers_[size_t(l)].moe) {               // x += moe(rmsnorm(x))
       moe(l, x, xn, tokens, start_pos, experts, opt, y, ws);
