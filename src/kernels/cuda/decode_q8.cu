@@ -182,15 +182,15 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
 //
-// BULK (MoeQ8Kernels::gate_bulk, sm_90+): each pass is copied by lane 0 of
-// the warp as R bulk copies (one a row: the warp's 32 chunks of it, 512
-// bytes) completing on the slot's mbarrier, instead of 16 bytes a lane by
-// cp.async, so the early passes take one instruction a row and the block's
-// threads reach grid_wait at once rather than when the copies have left the
-// SM's queue. A slot is refilled only after every lane has read it (a warp
-// barrier); each slot has at most one copy in flight (pend), its next phase
-// parity in ph. The loop over a lane's chunks runs warp-uniformly (lanes past
-// the row's chunks compute nothing).
+// BULK (MoeQ8Kernels::gate_bulk, sm_90+): the predicted expert's passes
+// started before the wait are copied by lane 0 of each warp as R bulk copies
+// (one a row: the warp's 32 chunks of it, 512 bytes) completing on the slot's
+// mbarrier, instead of 16 bytes a lane by cp.async, so that the block's
+// threads reach grid_wait at once rather than when their copies have left
+// the SM's queue. Every later pass is a cp.async as above. A lane waits on a
+// slot's barrier (once: pend) before it reads its first chunk of the slot,
+// and before a mispredicted expert's copies replace the started ones; lane 0
+// reads every slot it was given a copy for, so none is in flight at the end.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
 template <int NW, bool BULK>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
@@ -200,46 +200,21 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
-  __shared__ uint64_t bars[BULK ? 4 * NW : 1];  // BULK: [4][NW], a slot's copies
+  __shared__ uint64_t bars[BULK ? 4 * NW : 1];  // BULK: [4][NW], the early passes' copies
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
   const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
-  uint32_t ph = 0, pend = 0;        // BULK: slot b's next parity (bit b), a copy in flight (bit b)
+  uint32_t pend = 0;                // BULK: slot b's bulk copy not yet waited for (bit b)
   auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
-  auto bar = [&](int b) { return &bars[BULK ? b * NW + warp : 0]; };
   auto issue = [&](int i, int b, int h) {  // gate (h 0) or up (1) rows of chunk i -> slot b
     asm("" : "+r"(i));  // addresses from the bases each pass: no hoisted pointers
     const uint4* w = h == 0 ? gw : uw;
-    if constexpr (BULK) {  // i: the warp's first chunk (uniform); lane 0 copies the R rows
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      pend |= 1u << b;
-      if (lane == 0) {
-        const unsigned bytes = unsigned(min(32, nbi - i)) * 16u;
-        mbar_expect_tx(bar(b), bytes * R);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-#if !defined(MOETIER_CUDA_L2_PLAIN)
-          bulk_copy_hint(at(b, r), w + r * nbi + i, bytes, bar(b), l2_evict_first());
-#else
-          bulk_copy(at(b, r), w + r * nbi + i, bytes, bar(b));
-#endif
-        }
-      }
-#endif
-    } else {
-#pragma unroll
-      for (int r = 0; r < R; ++r) cp_async16(at(b, r), w + r * nbi + i);
-      cp_async_commit();
-    }
-  };
-  auto landed = [&](int b) {  // BULK: slot b's copy
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    mbar_wait(bar(b), (ph >> b) & 1u);
-    ph ^= 1u << b, pend &= ~(1u << b);
-#endif
+    for (int r = 0; r < R; ++r) cp_async16(at(b, r), w + r * nbi + i);
+    cp_async_commit();
   };
   auto scales = [&](int i) {  // of chunk i -> sn
 #pragma unroll
@@ -253,112 +228,113 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
   // passes p0 .. p1 - 1 of (0, 0), (0, 1), (1, 0), (1, 1), in that order
   auto passes = [&](int p0, int p1) {
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      if constexpr (BULK) {
-        if (p >= p0 && p < p1 && 32 * (p / 2) < nbi) issue(32 * (p / 2), p, p & 1);
-      } else {
-        if (p >= p0 && p < p1 && lane + 32 * (p / 2) < nbi) issue(lane + 32 * (p / 2), p, p & 1);
-      }
-    }
+    for (int p = 0; p < 4; ++p)
+      if (p >= p0 && p < p1 && lane + 32 * (p / 2) < nbi) issue(lane + 32 * (p / 2), p, p & 1);
   };
-  auto drain = [&] {  // every copy in flight landed (its slot free)
-    if constexpr (BULK) {
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        if (pend >> b & 1u) landed(b);
-      __syncwarp();  // every lane past its waits before lane 0 reissues into the slots
-    } else {
-      cp_async_wait<0>();
-    }
-  };
-  auto prep = [&](int32_t id, int p1) {  // expert id's bases and scales, its passes 0 .. p1 - 1
+  auto bases = [&](int32_t id) {  // expert id's rows and scales, its first chunk's scales
     const ExpertPtrs& ex = table[id];
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
+  };
+  auto prep = [&](int32_t id, int p1) {  // expert id's bases and scales, its passes 0 .. p1 - 1
+    bases(id);
     passes(0, p1);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  if constexpr (BULK) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  auto bar = [&](int b) { return &bars[BULK ? b * NW + warp : 0]; };
+  auto landed = [&](int b) {  // BULK: slot b's bulk copy, where one is pending
+    if (pend >> b & 1u) mbar_wait(bar(b), 0), pend &= ~(1u << b);
+  };
+  auto prep_bulk = [&](int32_t id, int p1) {  // prep's passes as bulk copies
+    bases(id);
     if (lane == 0)
 #pragma unroll
       for (int b = 0; b < 4; ++b) mbar_init(bar(b), 1);
     mbar_init_fence();
     __syncwarp();
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int i = 32 * (b / 2);
+      if (b >= p1 || i >= nbi) continue;
+      pend |= 1u << b;
+      if (lane == 0) {
+        const unsigned bytes = unsigned(min(32, nbi - i)) * 16u;
+        const uint4* w = (b & 1) == 0 ? gw : uw;
+        mbar_expect_tx(bar(b), bytes * R);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          uint4* dst = stage + ((b * NW + warp) * R + r) * 32;
+#if !defined(MOETIER_CUDA_L2_PLAIN)
+          bulk_copy_hint(dst, w + r * nbi + i, bytes, bar(b), l2_evict_first());
+#else
+          bulk_copy(dst, w + r * nbi + i, bytes, bar(b));
 #endif
-  }
+        }
+      }
+    }
+    if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
+  };
+#else
+  auto landed = [](int) {};
+  auto prep_bulk = prep;
+#endif
   int32_t pe = -1;  // pred: the expert started before the wait (its first npre passes)
-  if (early)
+  if (early) {
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
-  else if (pred)
-    pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
-  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
+  } else if (pred) {
+    pe = __ldcg(pred + slot);  // the predicted ids: two or more launches back
+    if constexpr (BULK)
+      prep_bulk(pe, npre);
+    else
+      prep(pe, npre);
+  }
+  const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
     int32_t id;
     sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
-    if (id != pe)
-      drain(), prep(id, 4);  // mispredicted: the started copies dropped
-    else
+    if (id != pe) {  // mispredicted: the started copies dropped
+      if constexpr (BULK) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) landed(b);
+      }
+      cp_async_wait<0>(), prep(id, 4);
+    } else {
       passes(npre, 4);  // (the groups stay in pass order)
+    }
   } else if (!early) {
     prep(__ldcg(ids + slot), 4);
   }
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
-  auto dot = [&](int b, int h, const int4(&xr)[2], float d) {  // slot b's rows, h: gate / up
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      acc[h * R + r] +=
-          float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
-  };
   int c = 0;
-  if constexpr (BULK) {
-    // every lane runs the loop while the warp has chunks (i0: the warp's
-    // first chunk of the pass); lanes past the row's chunks compute nothing
 #pragma unroll 1
-    for (int i0 = 0; i0 < nbi; i0 += 32, ++c) {
-      const int i = i0 + lane;
-      if (i + 32 < nbi) scales(i + 32);
-      int4 xr[2] = {};  // x's codes of chunk i
-      float d = 0.0f;
-      if (i < nbi) {
+  for (int i = lane; i < nbi; i += 32, ++c) {
+    const bool more = i + 32 < nbi, refill = i + 64 < nbi;
+    if (more) scales(i + 32);
+    int4 xr[2];  // x's codes of chunk i
 #pragma unroll
-        for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
-        d = __ldg(xd + i);
+    for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
+    const float d = __ldg(xd + i);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
+      cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
+      const int b = 2 * (c & 1) + h;
+      if constexpr (BULK) {
+        if (c < 2) landed(b);
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int b = 2 * (c & 1) + h;
-        landed(b);
-        if (i < nbi) dot(b, h, xr, d);
-        __syncwarp();  // every lane's reads of slot b done before lane 0 refills it
-        if (i0 + 64 < nbi) issue(i0 + 64, b, h);
-      }
-      sc[0] = sn[0], sc[1] = sn[1];
+      for (int r = 0; r < R; ++r)
+        acc[h * R + r] +=
+            float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
+      if (refill) issue(i + 64, b, h);
     }
-  } else {
-#pragma unroll 1
-    for (int i = lane; i < nbi; i += 32, ++c) {
-      const bool more = i + 32 < nbi, refill = i + 64 < nbi;
-      if (more) scales(i + 32);
-      int4 xr[2];  // x's codes of chunk i
-#pragma unroll
-      for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
-      const float d = __ldg(xd + i);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
-        cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
-        const int b = 2 * (c & 1) + h;
-        dot(b, h, xr, d);
-        if (refill) issue(i + 64, b, h);
-      }
-      sc[0] = sn[0], sc[1] = sn[1];
-    }
+    sc[0] = sn[0], sc[1] = sn[1];
   }
   trace_mark(ts, 1);
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
