@@ -176,6 +176,10 @@ struct ExpertPredict {
   const float* logits = nullptr;            // [e]; null: none
   int32_t* ids = nullptr;                   // [k]
   int e = 0, k = 0;
+  // with table: ptrs [k] = table [ids [r]], the predicted experts' entries,
+  // so gate/up starts its copies one read after the ids (Q8Fuse::predicted_ptrs)
+  const ExpertPtrs* table = nullptr;
+  ExpertPtrs* ptrs = nullptr;
 };
 
 // One entry of a resident expert table set (write_table_entries).
@@ -316,6 +320,7 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
+  const ExpertPtrs* predicted_ptrs = nullptr;  // [k] their entries (ExpertPredict::ptrs) or null
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {

@@ -196,7 +196,8 @@ template <int NW, bool BULK>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre) {
+                          float* hd, int early, const int32_t* pred, int npre,
+                          const ExpertPtrs* pptr) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -231,24 +232,36 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     for (int p = 0; p < 4; ++p)
       if (p >= p0 && p < p1 && lane + 32 * (p / 2) < nbi) issue(lane + 32 * (p / 2), p, p & 1);
   };
-  auto bases = [&](int32_t id) {  // expert id's rows and scales, its first chunk's scales
-    const ExpertPtrs& ex = table[id];
+  auto bases = [&](const ExpertPtrs& ex) {  // the expert's rows and scales
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
   };
-  auto prep = [&](int32_t id, int p1) {  // expert id's bases and scales, its passes 0 .. p1 - 1
-    bases(id);
+  // The predicted expert's entry (pptr: one read, two launches back or more).
+  auto pred_entry = [&](int32_t id) {
+    if (!pptr) return table[id];
+    ExpertPtrs ex;
+    const auto* p = reinterpret_cast<const unsigned long long*>(pptr + slot);
+    ex.w[0] = reinterpret_cast<const void*>(__ldcg(p));
+    ex.w[1] = reinterpret_cast<const void*>(__ldcg(p + 1));
+    ex.s[0] = reinterpret_cast<const uint8_t*>(__ldcg(p + 3));
+    ex.s[1] = reinterpret_cast<const uint8_t*>(__ldcg(p + 4));
+    return ex;
+  };
+  // expert ex's bases, its passes 0 .. p1 - 1 and its first chunk's scales
+  // into sn (sc = sn before the loop: no wait on them before grid_wait)
+  auto prep = [&](const ExpertPtrs& ex, int p1) {
+    bases(ex);
     passes(0, p1);
-    if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
+    if (lane < nbi) scales(lane);
   };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   auto bar = [&](int b) { return &bars[BULK ? b * NW + warp : 0]; };
   auto landed = [&](int b) {  // BULK: slot b's bulk copy, where one is pending
     if (pend >> b & 1u) mbar_wait(bar(b), 0), pend &= ~(1u << b);
   };
-  auto prep_bulk = [&](int32_t id, int p1) {  // prep's passes as bulk copies
-    bases(id);
+  auto prep_bulk = [&](const ExpertPtrs& ex, int p1) {  // prep's passes as bulk copies
+    bases(ex);
     if (lane == 0)
 #pragma unroll
       for (int b = 0; b < 4; ++b) mbar_init(bar(b), 1);
@@ -274,7 +287,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
         }
       }
     }
-    if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
+    if (lane < nbi) scales(lane);
   };
 #else
   auto landed = [](int) {};
@@ -282,13 +295,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #endif
   int32_t pe = -1;  // pred: the expert started before the wait (its first npre passes)
   if (early) {
-    prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
+    prep(table[__ldcg(ids + slot)], 4);  // ids and weights: two launches back
   } else if (pred) {
     pe = __ldcg(pred + slot);  // the predicted ids: two or more launches back
     if constexpr (BULK)
-      prep_bulk(pe, npre);
+      prep_bulk(pred_entry(pe), npre);
     else
-      prep(pe, npre);
+      prep(pred_entry(pe), npre);
   }
   const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
@@ -301,13 +314,14 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
         for (int b = 0; b < 4; ++b) landed(b);
       }
-      cp_async_wait<0>(), prep(id, 4);
+      cp_async_wait<0>(), prep(table[id], 4);
     } else {
       passes(npre, 4);  // (the groups stay in pass order)
     }
   } else if (!early) {
-    prep(__ldcg(ids + slot), 4);
+    prep(table[__ldcg(ids + slot)], 4);
   }
+  sc[0] = sn[0], sc[1] = sn[1];
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -598,8 +612,9 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const bool wide = g_kernels.gate_warps == 16;
   // bulk copies: sm_90 and later only (every architecture the build lists)
   const bool bulk = g_kernels.gate_bulk && MOETIER_CUDA_MIN_ARCH >= 90;
-  using Gate = void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*,
-                        int64_t, int64_t, Q8x*, float*, int, const int32_t*, int);
+  using Gate =
+      void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*, int64_t,
+               int64_t, Q8x*, float*, int, const int32_t*, int, const ExpertPtrs*);
   static constexpr Gate kGate[2][2] = {
       {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
       {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
@@ -628,7 +643,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes);
+         g_kernels.predict_passes, fuse.x_ready && fuse.predicted ? fuse.predicted_ptrs : nullptr);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
