@@ -343,9 +343,7 @@ TEST(CudaFused, RouterQuantizesXForTheQ8Kernels) {
 // prediction: the router's ids, the same ids in another order, ids the router
 // did not choose, some of each, and a step whose predicted blocks all restart;
 // k from 1 to 32; with all four of gate/up's first passes started before its
-// wait (the default), two and one (MoeQ8Kernels::predict_passes); with the
-// predicted ids' table entries given (Q8Fuse::predicted_ptrs) and not; with
-// the early passes as bulk copies (MoeQ8Kernels::gate_bulk) and not. The
+// wait (the default), two and one (MoeQ8Kernels::predict_passes). The
 // plain step (x quantized by its own kernel) leaves x's q8 blocks in the
 // scratch that the predicted steps then read (x_ready), as the router's would;
 // h's blocks are poisoned before each, so a slot that no block writes shows.
@@ -391,9 +389,7 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       void* scratch = keep.back().data();
       float* out0 = f.zeros(size_t(H), keep);
       // The steps run on the legacy stream, the uploads, zeros and reads on the
-      // backend's: the device is synchronized around each step. The reference
-      // takes the default kernels, whatever the environment gave the backend.
-      cuda::set_moe_q8_kernels({});
+      // backend's: the device is synchronized around each step.
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
                                     scratch, out0, false, nullptr),
@@ -404,64 +400,31 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
       const std::vector<std::pair<const char*, std::vector<int32_t>>> preds = {
           {"the router's", ids}, {"reversed", perm}, {"none chosen", other}, {"mixed", mixed}};
       const int64_t nb = H / 32, nh = int64_t(k) * (I / 32);  // moe_q8_x's layout
-      // gate/up's passes as bulk copies (gate_bulk): the same bits, predicted or
-      // not, with 8 warps of 4 rows and 16 of 2
-      for (const int warps : {8, 16}) {
-        cuda::MoeQ8Kernels mk;
-        mk.gate_bulk = true;
-        mk.gate_warps = warps;
-        cuda::set_moe_q8_kernels(mk);
-        float* out = f.zeros(size_t(H), keep);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
-                                      scratch, out, false, nullptr),
-                  1)
-            << what;
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-        const std::vector<float> got = f.down(out, size_t(H));
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-            << what << ", bulk copies, " << warps << " warps: max |diff| / max |ref| "
-            << rel_err(got, want);
-        cuda::set_moe_q8_kernels({});
-      }
-      auto up_ptrs = [&](const std::vector<int32_t>& v) {  // ExpertPredict::ptrs of v
-        std::vector<cuda::ExpertPtrs> pp;
-        for (int32_t id : v) pp.push_back(ptrs[size_t(id)]);
-        keep.push_back(f.gpu->alloc(pp.size() * sizeof(cuda::ExpertPtrs)));
-        f.gpu->to_device(keep.back().data(), pp.data(), pp.size() * sizeof(cuda::ExpertPtrs));
-        return keep.back().as<cuda::ExpertPtrs>();
-      };
-      for (const bool bulk : {false, true})
-        for (const int npre : {4, 2, 1})
-          for (const auto& [name, pred] : preds)
-            for (const bool with_ptrs : {false, true}) {
-              cuda::MoeQ8Kernels mk;
-              mk.predict_passes = npre;
-              mk.gate_bulk = bulk;
-              cuda::set_moe_q8_kernels(mk);
-              // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
-              auto* sc = static_cast<uint8_t*>(scratch);
-              ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
-              ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)),
-                        cudaSuccess);
-              cuda::Q8Fuse q;
-              q.x_ready = true;
-              q.predicted = up_ids(pred);
-              if (with_ptrs) q.predicted_ptrs = up_ptrs(pred);
-              float* out = f.zeros(size_t(H), keep);
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-              ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H,
-                                            I, scratch, out, false, nullptr, q),
-                        1)
-                  << what << ", " << name;
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
-              const std::vector<float> got = f.down(out, size_t(H));
-              EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
-                  << what << ", predicted " << name << ", " << npre << " passes early"
-                  << (bulk ? ", bulk copies" : "") << (with_ptrs ? ", their entries" : "")
-                  << ": max |diff| / max |ref| " << rel_err(got, want);
-              cuda::set_moe_q8_kernels({});
-            }
+      for (const int npre : {4, 2, 1})
+        for (const auto& [name, pred] : preds) {
+          cuda::MoeQ8Kernels mk;
+          mk.predict_passes = npre;
+          cuda::set_moe_q8_kernels(mk);
+          // h's q8 blocks and scales poisoned (NaN): a slot no block writes shows
+          auto* sc = static_cast<uint8_t*>(scratch);
+          ASSERT_EQ(cudaMemset(sc + 32 * nb, 0xff, size_t(32 * nh)), cudaSuccess);
+          ASSERT_EQ(cudaMemset(sc + 32 * (nb + nh) + 4 * nb, 0xff, size_t(4 * nh)), cudaSuccess);
+          cuda::Q8Fuse q;
+          q.x_ready = true;
+          q.predicted = up_ids(pred);
+          float* out = f.zeros(size_t(H), keep);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
+                                        scratch, out, false, nullptr, q),
+                    1)
+              << what << ", " << name;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
+          const std::vector<float> got = f.down(out, size_t(H));
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+              << what << ", predicted " << name << ", " << npre
+              << " passes early: max |diff| / max |ref| " << rel_err(got, want);
+          cuda::set_moe_q8_kernels({});
+        }
     }
   }
 #endif

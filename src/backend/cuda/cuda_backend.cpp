@@ -134,8 +134,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_PREDICT_PASSES=N: gate/up starts N of its first 4 passes of
   // the predicted experts before its wait (A/B)
   mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
-  // MOETIER_CUDA_GATE_BULK=1: gate/up's passes as bulk copies (MoeQ8Kernels::gate_bulk; A/B)
-  mk.gate_bulk = env_int("MOETIER_CUDA_GATE_BULK", 0, 1, 0) == 1;
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as

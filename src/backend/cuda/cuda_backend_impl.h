@@ -258,12 +258,10 @@ class CudaBackend final : public Backend {
     float* logits;               // [ExpertPredict::kMaxExperts]
     int32_t* ids;                // [ExpertPredict::kMaxK]
     unsigned long long* counts;  // [2]: used, issued (the router's count_predicted)
-    cuda::ExpertPtrs* ptrs;      // [ExpertPredict::kMaxK]: the ids' table entries
-    // byte offsets of ids, counts and ptrs, and predict_'s size
+    // byte offsets of ids and counts, and predict_'s size
     static constexpr size_t kIds = cuda::ExpertPredict::kMaxExperts * sizeof(float);
     static constexpr size_t kCounts = kIds + cuda::ExpertPredict::kMaxK * sizeof(int32_t);
-    static constexpr size_t kPtrs = kCounts + 2 * sizeof(unsigned long long);
-    static constexpr size_t kBytes = kPtrs + cuda::ExpertPredict::kMaxK * sizeof(cuda::ExpertPtrs);
+    static constexpr size_t kBytes = kCounts + 2 * sizeof(unsigned long long);
   };
   PredictSlots predict_slots() const;
   bool predict_qkv(std::span<const MatView> ws, const float* x, const float* norm, float eps,

@@ -351,7 +351,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   // The router quantizes x for the q8 kernels (RouterQ8) unless MOETIER_CUDA_ROUTER_Q8=0
   // (or a profiling skip leaves the router or the experts out).
   cuda::RouterQ8 rq;
-  const cuda::ExpertPtrs* pred_ptrs = nullptr;  // the predicted ids' entries (o_proj wrote them)
   if (router_q8_ && !skipped(kSkipExperts | kSkipRouter, 1)) {
     const cuda::Q8XSlots xs =
         cuda::moe_q8_x(q8_.get(*this, cuda::moe_q8_scratch_bytes(k, hidden, intermediate)), k,
@@ -361,7 +360,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     if (predicted == table) {  // this layer's o_proj predicted (cuda_predict.cpp)
       rq.predicted = predict_slots().ids;
       rq.counts = predict_slots().counts;
-      if (p == t.ptrs.as<cuda::ExpertPtrs>()) pred_ptrs = predict_slots().ptrs;  // (not a shadow)
     }
   }
   if (!skipped(kSkipRouter, 1)) {
@@ -375,7 +373,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
   if (skipped(kSkipExperts, 1)) return;
   cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
   qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
-  qf.predicted_ptrs = pred_ptrs;
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)

@@ -75,8 +75,6 @@ bool CudaBackend::predict_qkv(std::span<const MatView> ws, const float* x, const
   pf_.ids = ps.ids;
   pf_.e = int(h.router->rows);
   pf_.k = int(h.k);
-  pf_.table = tables_[size_t(h.table)].ptrs.as<cuda::ExpertPtrs>();  // the entries, with the ids
-  pf_.ptrs = ps.ptrs;
   pf_table_ = h.table;
   return true;
 }
@@ -84,8 +82,7 @@ bool CudaBackend::predict_qkv(std::span<const MatView> ws, const float* x, const
 CudaBackend::PredictSlots CudaBackend::predict_slots() const {
   uint8_t* p = predict_.as<uint8_t>();
   return {reinterpret_cast<float*>(p), reinterpret_cast<int32_t*>(p + PredictSlots::kIds),
-          reinterpret_cast<unsigned long long*>(p + PredictSlots::kCounts),
-          reinterpret_cast<cuda::ExpertPtrs*>(p + PredictSlots::kPtrs)};
+          reinterpret_cast<unsigned long long*>(p + PredictSlots::kCounts)};
 }
 
 cuda::ExpertPredict CudaBackend::take_predict() {

@@ -176,10 +176,6 @@ struct ExpertPredict {
   const float* logits = nullptr;            // [e]; null: none
   int32_t* ids = nullptr;                   // [k]
   int e = 0, k = 0;
-  // with table: ptrs [k] = table [ids [r]], the predicted experts' entries,
-  // so gate/up starts its copies one read after the ids (Q8Fuse::predicted_ptrs)
-  const ExpertPtrs* table = nullptr;
-  ExpertPtrs* ptrs = nullptr;
 };
 
 // One entry of a resident expert table set (write_table_entries).
@@ -320,7 +316,6 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
-  const ExpertPtrs* predicted_ptrs = nullptr;  // [k] their entries (ExpertPredict::ptrs) or null
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {
@@ -352,9 +347,6 @@ struct MoeQ8Kernels {
   // with Q8Fuse::predicted: how many of gate/up's first four passes (gate and
   // up rows of its first two chunks) it starts before its wait (1..4)
   int predict_passes = 4;
-  // gate/up's passes as bulk copies, one a row, on mbarriers (sm_90+; A/B:
-  // MOETIER_CUDA_GATE_BULK=1)
-  bool gate_bulk = false;
 };
 // Every decode kernel's preferred shared-memory carveout, percent (0..100);
 // -1 (the default): no preference (MOETIER_CUDA_CARVEOUT; launch.cuh).

@@ -45,7 +45,6 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/decode_chunk.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/q8.cuh"
 
 namespace moetier::cuda {
@@ -181,34 +180,21 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // after its global read returns. x's codes of chunk i are read into registers
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
 // Dynamic shared memory: kGateSmem.
-//
-// BULK (MoeQ8Kernels::gate_bulk, sm_90+): the predicted expert's passes
-// started before the wait are copied by lane 0 of each warp as R bulk copies
-// (one a row: the warp's 32 chunks of it, 512 bytes) completing on the slot's
-// mbarrier, instead of 16 bytes a lane by cp.async, so that the block's
-// threads reach grid_wait at once rather than when their copies have left
-// the SM's queue. Every later pass is a cp.async as above. A lane waits on a
-// slot's barrier (once: pend) before it reads its first chunk of the slot,
-// and before a mispredicted expert's copies replace the started ones; lane 0
-// reads every slot it was given a copy for, so none is in flight at the end.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-template <int NW, bool BULK>
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre,
-                          const ExpertPtrs* pptr) {
+                          float* hd, int early, const int32_t* pred, int npre) {
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
-  __shared__ uint64_t bars[BULK ? 4 * NW : 1];  // BULK: [4][NW], the early passes' copies
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
   const int nbi = int(nb);
   const uint4 *gw = nullptr, *uw = nullptr;  // this warp's first gate / up row
   const uint8_t *gs = nullptr, *us = nullptr;
   uint32_t sc[2] = {}, sn[2] = {};  // e8m0 scales of chunks c, c + 1: gate rows, up rows (R a word)
-  uint32_t pend = 0;                // BULK: slot b's bulk copy not yet waited for (bit b)
   auto at = [&](int b, int r) { return stage + ((b * NW + warp) * R + r) * 32 + lane; };
   auto issue = [&](int i, int b, int h) {  // gate (h 0) or up (1) rows of chunk i -> slot b
     asm("" : "+r"(i));  // addresses from the bases each pass: no hoisted pointers
@@ -232,96 +218,32 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     for (int p = 0; p < 4; ++p)
       if (p >= p0 && p < p1 && lane + 32 * (p / 2) < nbi) issue(lane + 32 * (p / 2), p, p & 1);
   };
-  auto bases = [&](const ExpertPtrs& ex) {  // the expert's rows and scales
+  auto prep = [&](int32_t id, int p1) {  // expert id's bases and scales, its passes 0 .. p1 - 1
+    const ExpertPtrs& ex = table[id];
     gw = static_cast<const uint4*>(ex.w[0]) + row0 * nb;
     uw = static_cast<const uint4*>(ex.w[1]) + row0 * nb;
     gs = ex.s[0] + row0 * nb, us = ex.s[1] + row0 * nb;
-  };
-  // The predicted expert's entry (pptr: one read, two launches back or more).
-  auto pred_entry = [&](int32_t id) {
-    if (!pptr) return table[id];
-    ExpertPtrs ex;
-    const auto* p = reinterpret_cast<const unsigned long long*>(pptr + slot);
-    ex.w[0] = reinterpret_cast<const void*>(__ldcg(p));
-    ex.w[1] = reinterpret_cast<const void*>(__ldcg(p + 1));
-    ex.s[0] = reinterpret_cast<const uint8_t*>(__ldcg(p + 3));
-    ex.s[1] = reinterpret_cast<const uint8_t*>(__ldcg(p + 4));
-    return ex;
-  };
-  // expert ex's bases, its passes 0 .. p1 - 1 and its first chunk's scales
-  // into sn (sc = sn before the loop: no wait on them before grid_wait)
-  auto prep = [&](const ExpertPtrs& ex, int p1) {
-    bases(ex);
     passes(0, p1);
-    if (lane < nbi) scales(lane);
+    if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  auto bar = [&](int b) { return &bars[BULK ? b * NW + warp : 0]; };
-  auto landed = [&](int b) {  // BULK: slot b's bulk copy, where one is pending
-    if (pend >> b & 1u) mbar_wait(bar(b), 0), pend &= ~(1u << b);
-  };
-  auto prep_bulk = [&](const ExpertPtrs& ex, int p1) {  // prep's passes as bulk copies
-    bases(ex);
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) mbar_init(bar(b), 1);
-    mbar_init_fence();
-    __syncwarp();
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int i = 32 * (b / 2);
-      if (b >= p1 || i >= nbi) continue;
-      pend |= 1u << b;
-      if (lane == 0) {
-        const unsigned bytes = unsigned(min(32, nbi - i)) * 16u;
-        const uint4* w = (b & 1) == 0 ? gw : uw;
-        mbar_expect_tx(bar(b), bytes * R);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          uint4* dst = stage + ((b * NW + warp) * R + r) * 32;
-#if !defined(MOETIER_CUDA_L2_PLAIN)
-          bulk_copy_hint(dst, w + r * nbi + i, bytes, bar(b), l2_evict_first());
-#else
-          bulk_copy(dst, w + r * nbi + i, bytes, bar(b));
-#endif
-        }
-      }
-    }
-    if (lane < nbi) scales(lane);
-  };
-#else
-  auto landed = [](int) {};
-  auto prep_bulk = prep;
-#endif
   int32_t pe = -1;  // pred: the expert started before the wait (its first npre passes)
-  if (early) {
-    prep(table[__ldcg(ids + slot)], 4);  // ids and weights: two launches back
-  } else if (pred) {
-    pe = __ldcg(pred + slot);  // the predicted ids: two or more launches back
-    if constexpr (BULK)
-      prep_bulk(pred_entry(pe), npre);
-    else
-      prep(pred_entry(pe), npre);
-  }
-  const unsigned ts = grid_wait<2>();  // xq comes from the kernel before; marks: dots, end
+  if (early)
+    prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
+  else if (pred)
+    pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
+  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
     int32_t id;
     sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
-    if (id != pe) {  // mispredicted: the started copies dropped
-      if constexpr (BULK) {
-#pragma unroll
-        for (int b = 0; b < 4; ++b) landed(b);
-      }
-      cp_async_wait<0>(), prep(table[id], 4);
-    } else {
+    if (id != pe)
+      cp_async_wait<0>(), prep(id, 4);  // mispredicted: the started copies dropped
+    else
       passes(npre, 4);  // (the groups stay in pass order)
-    }
   } else if (!early) {
-    prep(table[__ldcg(ids + slot)], 4);
+    prep(__ldcg(ids + slot), 4);
   }
-  sc[0] = sn[0], sc[1] = sn[1];
   float acc[R2];
 #pragma unroll
   for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
@@ -339,9 +261,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
       cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
       const int b = 2 * (c & 1) + h;
-      if constexpr (BULK) {
-        if (c < 2) landed(b);
-      }
 #pragma unroll
       for (int r = 0; r < R; ++r)
         acc[h * R + r] +=
@@ -610,26 +529,14 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   float* xd = xs.xd;
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16;
-  // bulk copies: sm_90 and later only (every architecture the build lists)
-  const bool bulk = g_kernels.gate_bulk && MOETIER_CUDA_MIN_ARCH >= 90;
-  using Gate =
-      void (*)(const ExpertPtrs*, const int32_t*, const float*, const Q8x*, const float*, int64_t,
-               int64_t, Q8x*, float*, int, const int32_t*, int, const ExpertPtrs*);
-  static constexpr Gate kGate[2][2] = {
-      {moe_gate_up_q8_kernel<8, false>, moe_gate_up_q8_kernel<8, true>},
-      {moe_gate_up_q8_kernel<16, false>, moe_gate_up_q8_kernel<16, true>}};
-  const Gate gate = kGate[wide ? 1 : 0][bulk ? 1 : 0];
-  static const bool smem_ok[2][2] = {
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
       // more than the default 48 KB of dynamic shared memory
-      {cudaFuncSetAttribute(kGate[0][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess,
-       cudaFuncSetAttribute(kGate[0][1], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess},
-      {cudaFuncSetAttribute(kGate[1][0], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess,
-       cudaFuncSetAttribute(kGate[1][1], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(kGateSmem)) == cudaSuccess}};
-  if (!smem_ok[wide ? 1 : 0][bulk ? 1 : 0]) return 0;
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return 0;
   const int e = early ? 1 : 0;
   if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
@@ -643,7 +550,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes, fuse.x_ready && fuse.predicted ? fuse.predicted_ptrs : nullptr);
+         g_kernels.predict_passes);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

@@ -27,8 +27,7 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 
 // Block 0 of the launch, warp 0: the top k of pf.logits (k rounds of a warp
-// arg-max over keys in shared memory, ties to the lower id) written to pf.ids,
-// and with pf.table their entries to pf.ptrs.
+// arg-max over keys in shared memory, ties to the lower id) written to pf.ids.
 // The keys are the launch's dynamic shared memory (kPredictSmem, given only
 // to launches that predict).
 constexpr size_t kPredictSmem = ExpertPredict::kMaxExperts * sizeof(uint32_t);
@@ -38,7 +37,6 @@ __device__ __forceinline__ void predict_ids(const ExpertPredict& pf) {
   const int lane = int(threadIdx.x & 31);
   for (int i = lane; i < pf.e; i += 32) key[i] = order_key(__ldcg(pf.logits + i)) | 1u;  // 0: taken
   __syncwarp();
-  uint32_t mine = 0;  // lane r: round r's id
   for (int r = 0; r < pf.k; ++r) {
     uint32_t best = 0, id = 0xffffffffu;
     for (int i = lane; i < pf.e; i += 32)  // ascending ids: the first maximum wins ties
@@ -46,10 +44,8 @@ __device__ __forceinline__ void predict_ids(const ExpertPredict& pf) {
     const uint32_t top = warp_reduce_u32<true>(best);
     const uint32_t win = warp_reduce_u32<false>(best == top ? id : 0xffffffffu);
     if (lane == 0) key[win] = 0, pf.ids[r] = int32_t(win);
-    if (lane == r) mine = win;
     __syncwarp();
   }
-  if (pf.ptrs && lane < pf.k) pf.ptrs[lane] = pf.table[mine];  // (one read for all k)
 }
 
 // Warp 0 of the router's last block, after its top-k: lane r < k holds the
