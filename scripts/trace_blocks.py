@@ -5,13 +5,14 @@ FILE.rows: every block of one step; docs/cuda.md, "The decode timeline").
 Each row of FILE.rows is one block's record: grid (%gridid, counting up in the
 step's launch order), block, blocks (the grid's size), sm, mark, enter, leave
 (ns). Mark 0 is the block's grid_wait: enter = when its thread 0 reached the
-wait, leave = when it left (its release). Marks 1.. are trace_mark points,
-their time in enter.
+wait, leave = when it left (its release); start (where the trace build's
+kernel recorded it, else empty) = when its thread 0 began the kernel. Marks
+1.. are trace_mark points, their time in enter.
 
 For the launches FROM .. TO (positions in the step, 0 = its first launch) this
 prints, in us after the first release of launch REF, the quantiles (min, p10,
-median, p90, max; interpolated between ranks) of each launch's wait entry,
-release and marks. With
+median, p90, max; interpolated between ranks) of each launch's start (where
+recorded), wait entry, release and marks. With
 --split S it prints them twice: over the blocks on SMs that ran a block of
 launch S, and over the others (e.g. gate/up's blocks beside the router's).
 Usage: trace_blocks.py FILE.rows --ref REF [--from A --to B] [--split S]
@@ -36,7 +37,7 @@ def load(path):
     launches = collections.defaultdict(list)
     with open(path) as f:
         for r in csv.DictReader(f):
-            launches[int(r["grid"])].append({k: int(v) for k, v in r.items()})
+            launches[int(r["grid"])].append({k: int(v) if v else None for k, v in r.items()})
     return [launches[g] for g in sorted(launches)]
 
 
@@ -45,15 +46,20 @@ def release(launch):
 
 
 def series(rows, t0):
-    """{name: [us after t0]} for the wait entry, the release and each mark."""
-    out = collections.OrderedDict()
-    for r in sorted(rows, key=lambda r: r["mark"]):
+    """{name: [us after t0]} for the start (where recorded), the wait entry, the
+    release and each mark, in that order."""
+    out = collections.defaultdict(list)
+    for r in rows:
         if r["mark"] == 0:
-            out.setdefault("entry", []).append((r["enter"] - t0) / 1000.0)
-            out.setdefault("release", []).append((r["leave"] - t0) / 1000.0)
+            if r.get("start") is not None:  # the kernel's start, where the trace build recorded it
+                out["start"].append((r["start"] - t0) / 1000.0)
+            out["entry"].append((r["enter"] - t0) / 1000.0)
+            out["release"].append((r["leave"] - t0) / 1000.0)
         else:
-            out.setdefault(f"mark {r['mark']}", []).append((r["enter"] - t0) / 1000.0)
-    return out
+            out[f"mark {r['mark']}"].append((r["enter"] - t0) / 1000.0)
+    marks = sorted((k for k in out if k.startswith("mark ")), key=lambda k: int(k[5:]))
+    return collections.OrderedDict((k, out[k]) for k in ["start", "entry", "release"] + marks
+                                   if k in out)
 
 
 def main():
@@ -89,7 +95,7 @@ def main():
                 continue
             for what, v in series(sel, t0).items():
                 q = " ".join(f"{x:7.2f}" for x in quantiles(v))
-                print(f"  {what:<8}{name} ({blocks} blocks) {q}")
+                print(f"  {what:<8}{name} ({len(v)} blocks) {q}")  # the blocks that recorded it
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 
 Three launches (grids 7, 8, 9, listed out of order): the reference's 4 blocks
 on SMs 0-3, released at 1 ms with one mark each; the next launch's 6 blocks,
-those on SMs 0-3 entering their wait late (a block beside the reference's) and
-those on SMs 4-5 early; a third launch of one block. The quantiles, the split
+those on SMs 0-3 entering their wait late (a block beside the reference's;
+their kernel's start recorded 2 us before) and those on SMs 4-5 early (no
+start recorded); a third launch of one block. The quantiles, the split
 by the reference's SMs and the out-of-range error must come out as computed
 by hand (quantiles interpolated between ranks, as statistics.quantiles'
 inclusive method; the median as statistics.median).
@@ -20,14 +21,15 @@ T0 = 1_000_000  # ns: the reference's first release
 
 
 def made_up(path):
-    lines = ["grid,block,blocks,sm,mark,enter,leave"]
+    lines = ["grid,block,blocks,sm,mark,enter,leave,start"]
     for b in range(4):  # reference: entries 500 ns before, releases 0 / 40 ns after T0
         lines.append(f"7,{b},4,{b},0,{T0 - 500},{T0 + 40 * (b % 2)}")
         lines.append(f"7,{b},4,{b},1,{T0 + 1000 * (b + 1)},{T0 + 1000 * (b + 1)}")
     for b in range(6):  # next: on SMs 0-3 entering at 5, 6, 7, 8 us; on 4-5 at 1, 2 us
         sm = b
         enter = T0 + (5000 + 1000 * b if b < 4 else 1000 * (b - 3))
-        lines.append(f"8,{b},6,{sm},0,{enter},{T0 + 9000}")
+        start = enter - 2000 if b < 4 else ""  # the kernel's start: only those on SMs 0-3
+        lines.append(f"8,{b},6,{sm},0,{enter},{T0 + 9000},{start}")
     lines.append(f"9,0,1,0,0,{T0 + 9500},{T0 + 10000}")
     lines[1:] = lines[1:][::-1]  # the file's order is not the launch order
     with open(path, "w") as f:
@@ -53,6 +55,7 @@ def main():
             "  mark 1   on launch 0's SMs (4 blocks)    1.00    1.30    2.50    3.70    4.00",
             "  elsewhere: no blocks",
             "launch 1: 6 blocks on 6 SMs",
+            "  start    on launch 0's SMs (4 blocks)    3.00    3.30    4.50    5.70    6.00",
             "  entry    on launch 0's SMs (4 blocks)    5.00    5.30    6.50    7.70    8.00",
             "  release  on launch 0's SMs (4 blocks)    9.00    9.00    9.00    9.00    9.00",
             "  entry    elsewhere (2 blocks)    1.00    1.10    1.50    1.90    2.00",
@@ -66,8 +69,9 @@ def main():
         # without --split: one group, all blocks
         out = run(path, "--ref", "1", "--from", "1", "--to", "1")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.splitlines()[2] == \
-            "  entry    (6 blocks)   -8.00   -7.50   -3.50   -1.50   -1.00", out.stdout
+        assert out.stdout.splitlines()[2:4] == [
+            "  start    (4 blocks)   -6.00   -5.70   -4.50   -3.30   -3.00",
+            "  entry    (6 blocks)   -8.00   -7.50   -3.50   -1.50   -1.00"], out.stdout
         # a launch past the step: one line naming the file, non-zero exit
         out = run(path, "--ref", "3")
         assert out.returncode != 0 and "launch 3 out of 0..2" in out.stderr, out.stderr
