@@ -15,7 +15,12 @@ median, p90, max; interpolated between ranks) of each launch's start (where
 recorded), wait entry, release and marks. With
 --split S it prints them twice: over the blocks on SMs that ran a block of
 launch S, and over the others (e.g. gate/up's blocks beside the router's).
-Usage: trace_blocks.py FILE.rows --ref REF [--from A --to B] [--split S]
+With --after S:M it also prints, per launch, on each SM where launch S
+recorded mark M (its last on that SM), how long after it the 1st, 2nd, ...
+block of the launch on that SM reached its wait (quantiles over those SMs; a
+block entering before the mark counts negative): e.g. --after 10:4 for
+gate/up's blocks after the router's block on the same SM has ended.
+Usage: trace_blocks.py FILE.rows --ref REF [--from A --to B] [--split S] [--after S:M]
 """
 import argparse
 import collections
@@ -62,6 +67,20 @@ def series(rows, t0):
                                    if k in out)
 
 
+def after_mark(rows, ends):
+    """{rank: [us]}: on each SM of ends (sm -> ns), the k-th block of rows to
+    reach its wait there (k = 1, 2, ...), its entry minus the SM's end."""
+    entries = collections.defaultdict(list)
+    for r in rows:
+        if r["mark"] == 0 and r["sm"] in ends:
+            entries[r["sm"]].append(r["enter"])
+    out = collections.defaultdict(list)
+    for sm, es in entries.items():
+        for k, e in enumerate(sorted(es), 1):
+            out[k].append((e - ends[sm]) / 1000.0)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("rows")
@@ -69,6 +88,7 @@ def main():
     ap.add_argument("--from", dest="first", type=int, help="first launch (default REF)")
     ap.add_argument("--to", type=int, help="last launch (default FROM + 3)")
     ap.add_argument("--split", type=int, help="split blocks by the SMs of this launch")
+    ap.add_argument("--after", help="S:M: each block's wait entry after launch S's mark M on its SM")
     a = ap.parse_args()
     launches = load(a.rows)
     first = a.ref if a.first is None else a.first
@@ -76,6 +96,20 @@ def main():
     for k in (a.ref, first, last) + ((a.split,) if a.split is not None else ()):
         if not 0 <= k < len(launches):
             sys.exit(f"trace_blocks: {a.rows}: launch {k} out of 0..{len(launches) - 1}")
+    ends = None
+    if a.after is not None:
+        try:
+            s_launch, s_mark = (int(x) for x in a.after.split(":"))
+        except ValueError:
+            sys.exit(f"trace_blocks: --after {a.after}: expected S:M (two integers)")
+        if not 0 <= s_launch < len(launches):
+            sys.exit(f"trace_blocks: {a.rows}: launch {s_launch} out of 0..{len(launches) - 1}")
+        ends = {}
+        for r in launches[s_launch]:
+            if r["mark"] == s_mark and s_mark > 0:
+                ends[r["sm"]] = max(ends.get(r["sm"], r["enter"]), r["enter"])
+        if not ends:
+            sys.exit(f"trace_blocks: {a.rows}: launch {s_launch} recorded no mark {s_mark}")
     t0 = release(launches[a.ref])
     split = {r["sm"] for r in launches[a.split]} if a.split is not None else None
     print(f"{len(launches)} launches; us after launch {a.ref}'s first release;"
@@ -96,6 +130,10 @@ def main():
             for what, v in series(sel, t0).items():
                 q = " ".join(f"{x:7.2f}" for x in quantiles(v))
                 print(f"  {what:<8}{name} ({len(v)} blocks) {q}")  # the blocks that recorded it
+        if ends is not None:
+            for rank, v in sorted(after_mark(rows, ends).items()):
+                q = " ".join(f"{x:7.2f}" for x in quantiles(v))
+                print(f"  block {rank} on an SM, entry after launch {a.after}'s mark ({len(v)} SMs) {q}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ on SMs 0-3, released at 1 ms with one mark each; the next launch's 6 blocks,
 those on SMs 0-3 entering their wait late (a block beside the reference's;
 their kernel's start recorded 2 us before) and those on SMs 4-5 early (no
 start recorded); a third launch of one block. The quantiles, the split
-by the reference's SMs and the out-of-range error must come out as computed
+by the reference's SMs, the entries after the reference's mark on the same SM
+(--after) and the errors must come out as computed
 by hand (quantiles interpolated between ranks, as statistics.quantiles'
 inclusive method; the median as statistics.median).
 """
@@ -72,6 +73,20 @@ def main():
         assert out.stdout.splitlines()[2:4] == [
             "  start    (4 blocks)   -6.00   -5.70   -4.50   -3.30   -3.00",
             "  entry    (6 blocks)   -8.00   -7.50   -3.50   -1.50   -1.00"], out.stdout
+        # --after: each block's wait entry after the reference's mark 1 on its SM
+        # (SM b's mark at b + 1 us; launch 1's blocks there enter at 5 + b us;
+        # launch 2's one block, on SM 0, at 9.5 us)
+        out = run(path, "--ref", "0", "--from", "1", "--to", "2", "--after", "0:1")
+        assert out.returncode == 0, out.stderr
+        got = [l for l in out.stdout.splitlines() if l.startswith("  block ")]
+        assert got == [
+            "  block 1 on an SM, entry after launch 0:1's mark (4 SMs)    4.00    4.00    4.00"
+            "    4.00    4.00",
+            "  block 1 on an SM, entry after launch 0:1's mark (1 SMs)    8.50    8.50    8.50"
+            "    8.50    8.50"], out.stdout
+        for bad, err in (("0:5", "launch 0 recorded no mark 5"), ("1", "expected S:M")):
+            out = run(path, "--ref", "0", "--to", "2", "--after", bad)
+            assert out.returncode != 0 and err in out.stderr, out.stderr
         # a launch past the step: one line naming the file, non-zero exit
         out = run(path, "--ref", "3")
         assert out.returncode != 0 and "launch 3 out of 0..2" in out.stderr, out.stderr
