@@ -24,10 +24,11 @@ Usage: trace_blocks.py FILE.rows --ref REF [--from A --to B] [--split S] [--afte
 """
 import argparse
 import collections
-import csv
 import signal
 import statistics
 import sys
+
+from trace_csv import read_rows
 
 
 def quantiles(v):
@@ -40,10 +41,15 @@ def quantiles(v):
 
 def load(path):
     launches = collections.defaultdict(list)
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            launches[int(r["grid"])].append({k: int(v) if v else None for k, v in r.items()})
+    for r in read_rows(path, "trace_blocks", ("grid", "block", "blocks", "sm", "mark", "enter",
+                                                "leave"), optional=("start",)):
+        launches[r["grid"]].append(r)
     return [launches[g] for g in sorted(launches)]
+
+
+def fmt(v):
+    """v's quantiles, as each line prints them."""
+    return " ".join(f"{x:7.2f}" for x in quantiles(v))
 
 
 def release(launch):
@@ -104,9 +110,9 @@ def main():
             sys.exit(f"trace_blocks: --after {a.after}: expected S:M (two integers)")
         if not 0 <= s_launch < len(launches):
             sys.exit(f"trace_blocks: {a.rows}: launch {s_launch} out of 0..{len(launches) - 1}")
-        ends = {}
-        for r in launches[s_launch]:
-            if r["mark"] == s_mark and s_mark > 0:
+        ends = {}  # sm -> the latest time of mark s_mark there (mark 0 is no mark)
+        for r in launches[s_launch] if s_mark > 0 else ():
+            if r["mark"] == s_mark:
                 ends[r["sm"]] = max(ends.get(r["sm"], r["enter"]), r["enter"])
         if not ends:
             sys.exit(f"trace_blocks: {a.rows}: launch {s_launch} recorded no mark {s_mark}")
@@ -123,17 +129,13 @@ def main():
         sms = len({r["sm"] for r in rows})
         print(f"launch {k}: {rows[0]['blocks']} blocks on {sms} SMs")
         for name, sel in groups:
-            blocks = len({r["block"] for r in sel})
-            if not blocks:
+            if not sel:
                 print(f"  {name.strip() or 'all'}: no blocks")
                 continue
-            for what, v in series(sel, t0).items():
-                q = " ".join(f"{x:7.2f}" for x in quantiles(v))
-                print(f"  {what:<8}{name} ({len(v)} blocks) {q}")  # the blocks that recorded it
-        if ends is not None:
-            for rank, v in sorted(after_mark(rows, ends).items()):
-                q = " ".join(f"{x:7.2f}" for x in quantiles(v))
-                print(f"  block {rank} on an SM, entry after launch {a.after}'s mark ({len(v)} SMs) {q}")
+            for what, v in series(sel, t0).items():  # (len(v): the blocks that recorded it)
+                print(f"  {what:<8}{name} ({len(v)} blocks) {fmt(v)}")
+        for rank, v in sorted(after_mark(rows, ends).items()) if ends is not None else ():
+            print(f"  block {rank} on an SM, entry after launch {a.after}'s mark ({len(v)} SMs) {fmt(v)}")
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ prints per position the medians over the last steps of:
   marks  id:us, the last block's time at each trace_mark after the first release
 Usage: trace_summary.py FILE [STEPS]   (STEPS: the last steps to use, 64)
 """
-import csv
 import signal
 import statistics
 import sys
+
+from trace_csv import read_rows
 
 
 def period_of(blocks):
@@ -44,9 +45,9 @@ def marks_of(cells):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    with open(sys.argv[1]) as f:
-        rows = [{k: (v if k == "marks" else int(v)) for k, v in r.items()}
-                for r in csv.DictReader(f)]
+    rows = read_rows(sys.argv[1], "trace_summary",
+                     ("grid", "blocks", "rows", "enter_min", "enter_med", "enter_max", "leave_min",
+                      "leave_max", "marks"), text=("marks",))
     rows.sort(key=lambda r: r["leave_min"])  # releases follow the chain; entries need not
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     if len(rows) < 100:

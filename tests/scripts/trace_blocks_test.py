@@ -87,6 +87,21 @@ def main():
         for bad, err in (("0:5", "launch 0 recorded no mark 5"), ("1", "expected S:M")):
             out = run(path, "--ref", "0", "--to", "2", "--after", bad)
             assert out.returncode != 0 and err in out.stderr, out.stderr
+        # bad input: one line naming the file (scripts/trace_csv.py), non-zero exit
+        bad = os.path.join(d, "bad.rows")
+        for text, err in (("grid,block,blocks,sm,mark,enter,leave\n7,0,1,0,0,x,5\n",
+                           "line 2: column 'enter' is 'x', not an integer"),
+                          ("grid,block,blocks,sm,mark,enter,leave\n7,0,1,0,0,4,5,6\n",
+                           "line 2: more cells than the header"),
+                          ("grid,block,blocks,sm,mark,enter\n7,0,1,0,0,4\n",
+                           "no column 'leave' in its header")):
+            with open(bad, "w") as f:
+                f.write(text)
+            out = run(bad, "--ref", "0")
+            assert out.returncode != 0 and out.stderr.strip() == f"trace_blocks: {bad}: {err}", \
+                out.stderr
+        out = run(os.path.join(d, "none.rows"), "--ref", "0")
+        assert out.returncode != 0 and "none.rows: No such file" in out.stderr, out.stderr
         # a launch past the step: one line naming the file, non-zero exit
         out = run(path, "--ref", "3")
         assert out.returncode != 0 and "launch 3 out of 0..2" in out.stderr, out.stderr

@@ -58,6 +58,15 @@ def main():
         f.flush()
         r = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
         assert r.returncode != 0 and "only 0 launches" in r.stderr, r
+    # So is a cell that is not an integer, or a missing column (scripts/trace_csv.py).
+    for text, err in (("grid,blocks,rows,enter_min,enter_med,enter_max,leave_min,leave_max,marks\n"
+                       "1,8,8,0,1,2,x,4,\n", "line 2: column 'leave_min' is 'x', not an integer"),
+                      ("grid,blocks\n1,8\n", "no column 'rows' in its header")):
+        with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
+            f.write(text)
+            f.flush()
+            r = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
+            assert r.returncode != 0 and r.stderr.strip() == f"trace_summary: {f.name}: {err}", r
     print("trace_summary: ok")
 
 
