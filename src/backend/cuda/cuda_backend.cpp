@@ -285,7 +285,8 @@ void CudaBackend::write_trace() {
     return a.grid < b.grid || (a.grid == b.grid && a.t_enter < b.t_enter);
   };
   unsigned long long t0 = rows[0].t_enter;
-  for (const auto& r : rows) t0 = std::min(t0, r.t_enter);
+  for (const auto& r : rows)
+    t0 = std::min(t0, r.t_start ? std::min(r.t_start, r.t_enter) : r.t_enter);
   auto mk =
       std::stable_partition(rows.begin(), rows.end(), [](const TraceRow& r) { return r.pad == 0; });
   marks.assign(mk, rows.end());
@@ -293,10 +294,11 @@ void CudaBackend::write_trace() {
   std::sort(rows.begin(), rows.end(), by_time);
   std::sort(marks.begin(), marks.end(), by_time);
   std::vector<std::pair<unsigned long long, std::string>> out;
-  std::string raw = "grid,block,blocks,sm,mark,enter,leave\n";
-  auto row = [&](const TraceRow& r) {
-    raw += fmt::format("{},{},{},{},{},{},{}\n", r.grid, r.block, r.blocks, r.sm, r.pad,
-                       r.t_enter - t0, r.t_leave - t0);
+  std::string raw = "grid,block,blocks,sm,mark,enter,leave,start\n";
+  auto row = [&](const TraceRow& r) {  // start: the kernel's start where recorded, else empty
+    raw += fmt::format("{},{},{},{},{},{},{},{}\n", r.grid, r.block, r.blocks, r.sm, r.pad,
+                       r.t_enter - t0, r.t_leave - t0,
+                       r.t_start ? fmt::format("{}", r.t_start - t0) : std::string());
   };
   for (size_t i = 0; i < rows.size();) {
     size_t end = i;

@@ -58,6 +58,7 @@ void embed(const MatView& table, const int32_t* ids, int64_t n, float* out, cuda
 struct TraceRow {
   unsigned long long grid, t_enter, t_leave;
   unsigned block, blocks, sm, pad;
+  unsigned long long t_start;  // a block row: its kernel's start (trace_clock), 0 where not given
 };
 // Starts recording up to cap rows on the current device (false: no memory,
 // or a build without -DMOETIER_CUDA_TRACE=ON, whose kernels record nothing).

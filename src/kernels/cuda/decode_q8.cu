@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
                           float* hd, int early, const int32_t* pred, int npre) {
+  const unsigned long long t_start = trace_clock();  // (the trace build's start of the block)
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
-  const unsigned ts = grid_wait<2>();          // xq comes from the kernel before; marks: dots, end
+  const unsigned ts = grid_wait<2>(t_start);   // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
@@ -351,6 +352,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_split_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                              int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
                              float* out, int accumulate, int early) {
+  const unsigned long long t_start = trace_clock();  // (the trace build's start of the block)
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[R][NW];
@@ -378,7 +380,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
   };
   if (early) rank_experts(table, ids, weights, k, rk), load(0);  // ids: two or three back
-  const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: dots, end
+  const unsigned ts = grid_wait<2>(t_start);  // h comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load(0);
   float old = 0.0f;  // accumulate: out's row t, read now (not after the dot)
@@ -423,6 +425,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     moe_down_q8_pair_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                             int k, const Q8x* hq, const float* hd, int64_t hidden, int64_t inter,
                             float* out, int accumulate, int early) {
+  const unsigned long long t_start = trace_clock();  // (the trace build's start of the block)
   constexpr int NT = kSplitThreads, NW = NT / 32;
   __shared__ RankedExperts rk;  // its weights are unused: h carries them
   __shared__ float red[2][R][NW];
@@ -457,7 +460,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     cp_async_commit();
   };
   if (early) rank_experts(table, ids, weights, k, rk), load();  // ids: two or three back
-  const unsigned ts = grid_wait<2>();  // h comes from the kernel before; marks: group 0, end
+  const unsigned ts = grid_wait<2>(t_start);  // h comes from the kernel before; marks: group 0, end
   grid_launch_dependents();
   if (!early) rank_experts(table, ids, weights, k, rk), load();
   float old[2] = {0.0f, 0.0f};  // accumulate: out's row t of each group, read now

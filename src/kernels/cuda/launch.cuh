@@ -88,10 +88,21 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
+// %globaltimer where the trace build records (thread 0; else 0): a kernel's
+// start, given to grid_wait (TraceRow::t_start).
+__device__ __forceinline__ unsigned long long trace_clock() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(MOETIER_CUDA_TRACE_BUILD)
+  if (c_trace.rows != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0) return global_ns();
+#endif
+  return 0;
+}
+
 // grid_wait<M>() also reserves M more rows for trace_mark(slot, 1..M) and
-// returns the slot (thread 0, while recording; else 0).
+// returns the slot (thread 0, while recording; else 0). t_start: the
+// kernel's trace_clock() at its start, recorded with the row (0: none).
 template <int M = 0>
-__device__ __forceinline__ unsigned grid_wait() {
+__device__ __forceinline__ unsigned grid_wait(unsigned long long t_start = 0) {
+  (void)t_start;
   unsigned slot = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MOETIER_CUDA_TRACE_BUILD)
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -113,7 +124,8 @@ __device__ __forceinline__ unsigned grid_wait() {
                                   blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
                                   gridDim.x * gridDim.y * gridDim.z,
                                   sm,
-                                  0};
+                                  0,
+                                  t_start};
   } else {
     slot = 0;
   }
@@ -129,7 +141,7 @@ __device__ __forceinline__ void trace_mark(unsigned slot, unsigned id) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(MOETIER_CUDA_TRACE_BUILD)
   if (slot == 0 || threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
   const unsigned long long t = global_ns();
-  c_trace.rows[slot + id] = TraceRow{0, t, t, 0, 0, 0, id};  // trace_end fills in the rest
+  c_trace.rows[slot + id] = TraceRow{0, t, t, 0, 0, 0, id, 0};  // trace_end fills in the rest
 #endif
 }
 
