@@ -398,6 +398,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
                        float* scratch, DecodePrep prep, unsigned* done) {
+  const unsigned long long t_start = trace_clock();  // (the trace build's start of the block)
   extern __shared__ float4 smem4[];
   const int hd = HD ? HD : int(hd_rt);
   const int64_t len = (d_pos ? *d_pos : first_pos) + 1, pos = len - 1;
@@ -436,7 +437,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
       cs[2 * hd + hd / 2 + i] = float(sin(double(angle)));
     }
   }
-  const unsigned ts = grid_wait<4>();  // trace marks: prep, tiles, partials, merge
+  const unsigned ts = grid_wait<4>(t_start);  // trace marks: prep, tiles, partials, merge
   grid_launch_dependents();
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
