@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
       cs[2 * hd + hd / 2 + i] = float(sin(double(angle)));
     }
   }
-  const unsigned ts = grid_wait<4>(t_start);  // trace marks: prep, tiles, partials, merge
+  const unsigned ts = grid_wait<5>(t_start);  // trace marks: q, prep, tiles, partials, merge
   grid_launch_dependents();
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
@@ -445,11 +445,12 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
     if (one_round) t.put(ks, vs, c0, nd4, ld, 0);  // (rows below pr: not the new ones)
     __syncthreads();  // cs, qs, the new k / v rows and the tile written
+    trace_mark(ts, 1);
     decode_prep(k, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, ld);
   } else {
     load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
   }
-  trace_mark(ts, 1);
+  trace_mark(ts, 2);
   float m[HPW], l[HPW];
   float4 acc[HPW][2];  // dims 4 (lane + 32 c) .. + 3, c < 2 (hd <= 256)
 #pragma unroll
@@ -477,7 +478,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
-  trace_mark(ts, 2);
+  trace_mark(ts, 3);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     const int hl = warp + hh * nw;
@@ -494,9 +495,9 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     }
     if (splits > 1 && lane == 0) part[hd] = m[hh], part[hd + 1] = l[hh];
   }
-  trace_mark(ts, 3);
-  if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
   trace_mark(ts, 4);
+  if (splits > 1) decode_merge(scratch, g, G, S, splits, hd, done, out);
+  trace_mark(ts, 5);
 }
 
 bool decode_applies(int64_t n_q, int64_t heads, int64_t kvh, int64_t hd) {
