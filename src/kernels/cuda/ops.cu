@@ -174,13 +174,19 @@ bool pdl_enabled() {
 }
 
 namespace {
-std::atomic<int> g_carveout{-1};  // set_carveout
+std::atomic<int> g_carveout{-1};      // set_carveout
+std::atomic<int> g_moe_carveout{-1};  // set_moe_carveout
 }  // namespace
 
 void set_carveout(int percent) { g_carveout.store(percent, std::memory_order_relaxed); }
+void set_moe_carveout(int percent) { g_moe_carveout.store(percent, std::memory_order_relaxed); }
+int moe_carveout() { return g_moe_carveout.load(std::memory_order_relaxed); }
 
 void apply_carveout(const void* kernel) {
-  const int p = g_carveout.load(std::memory_order_relaxed);
+  apply_carveout(kernel, g_carveout.load(std::memory_order_relaxed));
+}
+
+void apply_carveout(const void* kernel, int p) {
   if (p < 0) return;
   static std::mutex m;
   static std::unordered_set<const void*> done;  // (one percentage a process)
