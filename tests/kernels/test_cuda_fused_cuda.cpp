@@ -425,45 +425,6 @@ TEST(CudaFused, GateUpOnPredictedExpertsGivesThePlainBits) {
               << " passes early: max |diff| / max |ref| " << rel_err(got, want);
           cuda::set_moe_q8_kernels({});
         }
-      // Q8Fuse::x_src: gate/up quantizes x itself (with and without the norm)
-      // and computes the predicted experts before its wait; the bits of the
-      // quantize kernel's step whatever was predicted.
-      const auto g = randn(size_t(H), rng, 1.0f);
-      const float* dg = f.up(g, keep);
-      for (const float* norm : {static_cast<const float*>(nullptr), dg}) {
-        cuda::Q8Fuse qn;
-        qn.norm = norm, qn.eps = 1e-6f;
-        float* ref = f.zeros(size_t(H), keep);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
-                                      scratch, ref, false, nullptr, qn),
-                  1)
-            << what;
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-        const std::vector<float> want_n = f.down(ref, size_t(H));
-        for (const auto& [name, pred] : preds)
-          for (const bool trigger : {false, true}) {
-            auto* sc = static_cast<uint8_t*>(scratch);  // x's and h's q8 blocks and scales poisoned
-            ASSERT_EQ(cudaMemset(sc, 0xff, cuda::moe_q8_scratch_bytes(k, H, I)), cudaSuccess);
-            cuda::Q8Fuse q = qn;
-            q.x_ready = true;
-            q.predicted = up_ids(pred);
-            q.x_src = dx;
-            q.trigger = trigger;
-            float* out = f.zeros(size_t(H), keep);
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            ASSERT_EQ(cuda::moe_decode_q8(table, WeightEncoding::MXFP4, true, dids, dw, k, dx, H, I,
-                                          scratch, out, false, nullptr, q),
-                      1)
-                << what << ", " << name;
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << ", " << name;
-            const std::vector<float> got = f.down(out, size_t(H));
-            EXPECT_EQ(std::memcmp(got.data(), want_n.data(), got.size() * 4), 0)
-                << what << ", x_src, predicted " << name << (norm ? ", norm" : "")
-                << (trigger ? ", trigger" : "") << ": max |diff| / max |ref| "
-                << rel_err(got, want_n);
-          }
-      }
     }
   }
 #endif

@@ -149,10 +149,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // count to quantize it, instead of using the values their dot read
   // (RouterQ8::stash; A/B: +0.3% decode on one H200, docs/cuda.md).
   router_stash_ = env_int("MOETIER_CUDA_ROUTER_STASH", 0, 1, 1) == 1;
-  // MOETIER_CUDA_GATE_EARLY=1: with predicted experts, gate/up quantizes x
-  // itself and computes the predicted experts before its wait (Q8Fuse::x_src; A/B).
-  // 2: and gate/up lets down launch at its start (Q8Fuse::trigger).
-  gate_early_ = int(env_int("MOETIER_CUDA_GATE_EARLY", 0, 2, 0));
   // MOETIER_CUDA_GRAPH_UPDATE=0: every recording instantiates its graph anew
   // instead of updating a dropped one (A/B).
   graph_update_ = env_int("MOETIER_CUDA_GRAPH_UPDATE", 0, 1, 1) == 1;
@@ -160,12 +156,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_CARVEOUT=P: every kernel asks for P% of the largest
   // shared-memory carveout (launch.cuh apply_carveout); unset: no preference.
   cuda::set_carveout(int(env_int("MOETIER_CUDA_CARVEOUT", -1, 100, -1)));
-  // MOETIER_CUDA_CARVEOUT_MOE=P: the router's and gate/up's alone (A/B);
-  // MOETIER_CUDA_ROUTER_THREADS=N: the router's threads a block at most (A/B).
-  cuda::set_moe_carveout(int(env_int("MOETIER_CUDA_CARVEOUT_MOE", -1, 100, -1)));
-  const auto rt = env_int("MOETIER_CUDA_ROUTER_THREADS", 32, 256, 256);
-  check(rt % 32 == 0, "MOETIER_CUDA_ROUTER_THREADS={}: expected a multiple of 32", rt);
-  cuda::set_router_threads(int(rt));
   read_stage_env(stage_mode_, stage_blocks_);
   if (const char* t = std::getenv("MOETIER_CUDA_TIMING")) timing_path_ = t;
   // MOETIER_CUDA_TRACE=FILE: every block's wait of every PDL kernel recorded

@@ -190,7 +190,6 @@ class CudaBackend final : public Backend {
   int qkv_rows_ = 0;            // MOETIER_CUDA_QKV_ROWS: rows per block of the q/k/v GEMV
   bool fuse_ = true;            // MOETIER_CUDA_FUSE=1 (default) | 0: norms and adds fused
   bool moe_stream_ = false;     // MOETIER_CUDA_MOE_STREAM=1: tables may take the one-launch step
-  int gate_early_ = 0;          // MOETIER_CUDA_GATE_EARLY=1 (Q8Fuse::x_src) | 2 (and ::trigger) | 0
   bool router_stash_ = true;    // MOETIER_CUDA_ROUTER_STASH=1 (default; RouterQ8::stash) | 0
   bool router_q8_ = true;       // MOETIER_CUDA_ROUTER_Q8=1 (default: the router quantizes x) | 0
   bool argmax_fence_ = false;   // MOETIER_CUDA_ARGMAX_FENCE=0 (default) | 1

@@ -362,10 +362,6 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
       rq.counts = predict_slots().counts;
     }
   }
-  // MOETIER_CUDA_GATE_EARLY: gate/up quantizes x itself (Q8Fuse::x_src), not the router
-  const bool gate_early = gate_early_ > 0 && rq.predicted;
-  void* router_xq = rq.xq;
-  if (gate_early) rq.xq = nullptr, rq.xd = nullptr;
   if (!skipped(kSkipRouter, 1)) {
     if (!cuda::router_topk(router, x, k, renormalize, probs, ids, weights, &sync()->route_done,
                            stream_, f.norm, f.eps, xc, rq))
@@ -375,9 +371,8 @@ void CudaBackend::route_moe_resident_add(const MatView& router, int table, float
     if (xc) stage_next(*f.next, k, renormalize, f.eps, hidden);
   }
   if (skipped(kSkipExperts, 1)) return;
-  cuda::Q8Fuse qf{f.norm, f.eps, true, router_xq != nullptr};
-  qf.predicted = rq.predicted;  // (set only with router_xq) gate/up starts on them
-  if (gate_early) qf.x_src = x, qf.trigger = gate_early_ == 2;
+  cuda::Q8Fuse qf{f.norm, f.eps, true, rq.xq != nullptr};
+  qf.predicted = rq.predicted;  // (set only with rq.xq) gate/up starts on them
   if (moe_q8(t, p, ids, weights, k, x, hidden, intermediate, x, !skipped(kSkipRouter, 1), qf))
     return;
   rmsnorm(x, f.norm, 1, hidden, f.eps, f.xn);  // (a refused shared-memory attribute)

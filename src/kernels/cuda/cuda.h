@@ -317,15 +317,6 @@ struct Q8Fuse {
   // with x_ready: the layer's predicted ids [k] (ExpertPredict, written two or
   // more launches back), whose weights gate/up starts copying before its wait
   const int32_t* predicted = nullptr;
-  // with x_ready and predicted: the router did not quantize x; gate/up
-  // quantizes rmsnorm(x_src, norm, eps) itself (x_src written before the
-  // router) and computes the predicted experts' rows before its wait (8
-  // warps, hidden <= 8192; elsewhere the quantize kernel runs first).
-  // MOETIER_CUDA_GATE_EARLY=1 (A/B).
-  const float* x_src = nullptr;
-  // with x_src: gate/up lets down launch at its start, and down reads ids
-  // after its wait (MOETIER_CUDA_GATE_EARLY=2; A/B)
-  bool trigger = false;
 };
 // Where x's q8 blocks and scales lie in moe_decode_q8's scratch.
 struct Q8XSlots {
@@ -361,14 +352,6 @@ struct MoeQ8Kernels {
 // Every decode kernel's preferred shared-memory carveout, percent (0..100);
 // -1 (the default): no preference (MOETIER_CUDA_CARVEOUT; launch.cuh).
 void set_carveout(int percent);
-// The MoE step's kernels alone (the fused router and gate/up): their preferred
-// carveout, percent, -1 (the default) none; the router's threads a block at
-// most (32..256, a multiple of 32; default 256). For A/B
-// (MOETIER_CUDA_CARVEOUT_MOE, MOETIER_CUDA_ROUTER_THREADS): a gate/up block
-// can share an SM with a router block only under one carveout and where their
-// registers fit together (docs/cuda.md).
-void set_moe_carveout(int percent);
-void set_router_threads(int threads);
 void set_moe_q8_kernels(const MoeQ8Kernels& k);
 // Gate/up and down of the q8 step in one persistent launch streaming the
 // experts through shared memory (kernels/cuda/moe_stream.cu): x's q8 blocks

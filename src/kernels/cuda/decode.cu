@@ -28,7 +28,6 @@ constexpr int kRows = 2;   // weight rows per warp
 int64_t g_warp_rows = 32768;
 int g_block_rows = 0;   // 0: the rule of gemv_warps
 int g_router_rows = 2;  // rows per block of router_topk_kernel: 1, 2 or 4 (set_router_rows)
-int g_router_threads = kMaxThreads;  // set_router_threads
 
 int64_t blocks_of(const GemvMulti& g, int64_t per) {
   int64_t n = 0;
@@ -532,10 +531,8 @@ void router_launch(const MatView& w, const float* x, const float* nw, float eps,
        router_topk_kernel<ENC, 32, NORM, 4>}};
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const int R = g_router_rows;
-  const unsigned g = unsigned((w.rows + R - 1) / R),
-                 t = std::min(threads_for(w.cols / Chunk<ENC>::kCols), unsigned(g_router_threads));
+  const unsigned g = unsigned((w.rows + R - 1) / R), t = threads_for(w.cols / Chunk<ENC>::kCols);
   const K kern = kK[w.rows <= 128 ? 0 : w.rows <= 256 ? 1 : 2][R == 4 ? 2 : R == 2 ? 1 : 0];
-  apply_carveout(reinterpret_cast<const void*>(kern), moe_carveout());
   launch(kern, g, t, 0, s, wp, w.scales, w.rows, w.cols, x, nw, eps, k, renorm ? 1 : 0, probs, ids,
          weights, done, xc, q8);
 }
@@ -576,10 +573,6 @@ bool router_topk(const MatView& w, const float* x, int64_t k, bool renorm, float
 void set_gemv_warp_rows(int64_t rows) { g_warp_rows = rows; }
 void set_gemv_block_rows(int rows) { g_block_rows = rows; }
 void set_router_rows(int rows) { g_router_rows = rows == 1 || rows == 4 ? rows : 2; }
-void set_router_threads(int threads) {
-  g_router_threads =
-      threads >= 32 && threads <= kMaxThreads && threads % 32 == 0 ? threads : kMaxThreads;
-}
 
 bool gemv1(const MatView& w, const float* x, float* y, bool accumulate, cudaStream_t s,
            const ExpertPredict& pf) {

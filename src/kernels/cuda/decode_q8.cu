@@ -98,77 +98,41 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) {
     cp_async_wait<0>();
 }
 
-// x's q8 block b into xq[b] and xd[b] (b >= nb: none): of x, or with nw of
-// rmsnorm(x, nw, eps) = nw * (x * r), r computed as the norm kernels compute
-// it (a double sum of squares of all of x, in which thread t < kQuantThreads
-// of the block adds x's float4s t, t + kQuantThreads, ...: every caller sums
-// in that order, so quantize_q8_kernel and gate/up's own quantize give the
-// same bits; threads beyond add nothing). Every thread of the block calls it.
-// x through L2 (written by an earlier kernel of the step).
-__device__ __forceinline__ void quantize_x_q8(const float* x, int64_t nb, const float* nw,
-                                              float eps, int64_t b, Q8x* xq, float* xd,
-                                              double* part) {
-  float v[32];
-  if (b < nb) {
-    const float4* p = reinterpret_cast<const float4*>(x) + 8 * b;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float4 a = __ldcg(p + j);
-      v[4 * j] = a.x, v[4 * j + 1] = a.y, v[4 * j + 2] = a.z, v[4 * j + 3] = a.w;
-    }
-  }
-  if (nw) {  // every thread of the block reaches the reduction
-    double ss = 0.0;
-    if (threadIdx.x < kQuantThreads)
-      for (int64_t i = threadIdx.x; i < 8 * nb; i += kQuantThreads) {
-        const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + i);
-        ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
-      }
-    const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(32 * nb)) + eps);
-    if (b < nb)
-#pragma unroll
-      for (int j = 0; j < 32; ++j) v[j] = __ldg(nw + 32 * b + j) * (v[j] * r);
-  }
-  if (b < nb) xd[b] = quantize32(v, xq + b);
-}
-
-// The same q8 blocks (the same bits) by a whole block, coalesced: r as above
-// (the block's first kQuantThreads threads summing), then warp w quantizes
-// blocks w, w + warps, ... (lane j column 32 b + j; quantize_warp's amax is
-// quantize32's). Every thread of the block calls it; ends with a barrier.
-__device__ __forceinline__ void quantize_x_q8_warps(const float* x, int64_t nb, const float* nw,
-                                                    float eps, Q8x* xq, float* xd, double* part) {
-  float r = 1.0f;
-  if (nw) {
-    double ss = 0.0;
-    if (threadIdx.x < kQuantThreads)
-      for (int64_t i = threadIdx.x; i < 8 * nb; i += kQuantThreads) {
-        const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + i);
-        ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
-      }
-    r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(32 * nb)) + eps);
-  }
-  const int lane = int(threadIdx.x & 31), nw_ = int(blockDim.x / 32);
-  for (int64_t b = threadIdx.x / 32; b < nb; b += nw_) {
-    float v = __ldcg(x + 32 * b + lane);
-    if (nw) v = __ldg(nw + 32 * b + lane) * (v * r);
-    const float d = quantize_warp(v, xq + b);
-    if (lane == 0) xd[b] = d;
-  }
-  __syncthreads();
-}
-
 // Grid: ceil(nb / kQuantThreads). xq [nb], xd [nb]. nw: x is first replaced by
-// rmsnorm(x, nw, eps) (quantize_x_q8; every block sums all of x).
+// rmsnorm(x, nw, eps) = nw * (x * r), r computed as the norm kernels compute
+// it (a double sum of squares; every block sums all of x).
 __global__ void __launch_bounds__(kQuantThreads)
     quantize_q8_kernel(const float* x, int64_t nb, const float* nw, float eps, Q8x* xq, float* xd,
                        int early) {
   __shared__ double part[33];
   const int64_t b = int64_t(blockIdx.x) * kQuantThreads + threadIdx.x;
-  if (early) quantize_x_q8(x, nb, nw, eps, b, xq, xd, part);  // x: two launches back
+  auto work = [&] {
+    float v[32];
+    if (b < nb) {
+      const float4* p = reinterpret_cast<const float4*>(x) + 8 * b;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float4 a = __ldcg(p + j);
+        v[4 * j] = a.x, v[4 * j + 1] = a.y, v[4 * j + 2] = a.z, v[4 * j + 3] = a.w;
+      }
+    }
+    if (nw) {  // every thread of the block reaches the reduction
+      double ss = 0.0;
+      for (int64_t i = threadIdx.x; i < 8 * nb; i += kQuantThreads) {
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(x) + i);
+        ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
+      }
+      const float r = 1.0f / sqrtf(float(block_sumsq(ss, part) / double(32 * nb)) + eps);
+      if (b < nb)
+#pragma unroll
+        for (int j = 0; j < 32; ++j) v[j] = __ldg(nw + 32 * b + j) * (v[j] * r);
+    }
+    if (b < nb) xd[b] = quantize32(v, xq + b);
+  };
+  if (early) work();  // x: two launches back (the router is in between)
   grid_wait();
   grid_launch_dependents();
-  if (!early) quantize_x_q8(x, nb, nw, eps, b, xq, xd, part);
+  if (!early) work();
 }
 
 // The slot of the router's ids [k] whose expert the gate/up block of grid row
@@ -215,26 +179,16 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
 // asm's memory clobber keeps in program order; the copy writes the slot only
 // after its global read returns. x's codes of chunk i are read into registers
 // once (2 x 16 bytes), the chunk's scales one chunk ahead.
-// Dynamic shared memory: kGateSmem (EARLY: and x's q8 blocks [nb], scales [nb]).
-//
-// EARLY (Q8Fuse::x_src with Q8Fuse::predicted): before its wait the block
-// quantizes x itself (quantize_x_q8, the quantize kernel's bits) into shared
-// memory and computes its whole dot for the predicted expert; after it, it
-// keeps that result where the router chose the expert (matched_slot) and
-// computes the dot again for the one it maps to otherwise. x was written two
-// launches back (before the router), the predicted ids three or more.
+// Dynamic shared memory: kGateSmem.
 constexpr size_t kGateSmem = size_t(4) * 32 * 32 * sizeof(uint4);
-constexpr int64_t kEarlyMaxNb = 256;  // x's q8 blocks a gate/up block quantizes (one a thread)
-constexpr size_t kGateSmemEarly = kGateSmem + kEarlyMaxNb * (sizeof(Q8x) + sizeof(float));
-template <int NW, bool EARLY>
+template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre, const float* xsrc,
-                          const float* nw, float eps) {
+                          float* hd, int early, const int32_t* pred, int npre) {
   const unsigned long long t_start = trace_clock();  // (the trace build's start of the block)
   constexpr int R = 32 / NW, R2 = 2 * R;
-  extern __shared__ uint4 stage[];  // [4][NW][R][32]; EARLY: then xq [nb], xd [nb]
+  extern __shared__ uint4 stage[];  // [4][NW][R][32]
   __shared__ float hs[32];
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31), slot = int(blockIdx.y);
   const int64_t nb = hidden / 32, row0 = int64_t(blockIdx.x) * 32 + warp * R;
@@ -273,76 +227,48 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     passes(0, p1);
     if (lane < nbi) scales(lane), sc[0] = sn[0], sc[1] = sn[1];
   };
-  float acc[R2];
-  // The dot of the prepared expert's rows with x's q8 blocks (all passes
-  // started by prep: each slot refilled two chunks on), into acc.
-  auto dots = [&] {
-#pragma unroll
-    for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
-    int c = 0;
-#pragma unroll 1
-    for (int i = lane; i < nbi; i += 32, ++c) {
-      const bool more = i + 32 < nbi, refill = i + 64 < nbi;
-      if (more) scales(i + 32);
-      int4 xr[2];  // x's codes of chunk i
-      float d;
-      if constexpr (EARLY) {  // shared memory (generic loads)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) xr[j] = reinterpret_cast<const int4*>(xq + i)[j];
-        d = xd[i];
-      } else {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
-        d = __ldg(xd + i);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
-        cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
-        const int b = 2 * (c & 1) + h;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          acc[h * R + r] +=
-              float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
-        if (refill) issue(i + 64, b, h);
-      }
-      sc[0] = sn[0], sc[1] = sn[1];
-    }
-  };
   int32_t pe = -1;  // pred: the expert started before the wait (its first npre passes)
-  if constexpr (EARLY) {
-    __shared__ double part[33];
-    auto* xqs = reinterpret_cast<Q8x*>(stage + 4 * NW * R * 32);
-    auto* xds = reinterpret_cast<float*>(xqs + nb);
-    if (npre < 0) grid_launch_dependents();  // down reads ids after its wait (Q8Fuse::trigger)
-    pe = __ldcg(pred + slot), prep(pe, 4);   // the predicted ids: three or more launches back
-    quantize_x_q8_warps(xsrc, nb, nw, eps, xqs, xds, part);  // x: two launches back
-    xq = xqs, xd = xds;
-    dots();
-  } else if (early) {
+  if (early)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
-  } else if (pred) {
+  else if (pred)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
-  }
-  const unsigned ts = grid_wait<2>(t_start);  // xq comes from the kernel before; marks: dots, end
+  const unsigned ts = grid_wait<2>(t_start);   // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
-  if constexpr (EARLY) {
+  if (!early && pred) {
     int32_t id;
     sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
-    if (id != pe) cp_async_wait<0>(), prep(id, 4), dots();  // mispredicted: computed again
-  } else {
-    if (!early && pred) {
-      int32_t id;
-      sl = matched_slot(ids, pred, slot, int(gridDim.y), id);
-      if (id != pe)
-        cp_async_wait<0>(), prep(id, 4);  // mispredicted: the started copies dropped
-      else
-        passes(npre, 4);  // (the groups stay in pass order)
-    } else if (!early) {
-      prep(__ldcg(ids + slot), 4);
+    if (id != pe)
+      cp_async_wait<0>(), prep(id, 4);  // mispredicted: the started copies dropped
+    else
+      passes(npre, 4);  // (the groups stay in pass order)
+  } else if (!early) {
+    prep(__ldcg(ids + slot), 4);
+  }
+  float acc[R2];
+#pragma unroll
+  for (int r = 0; r < R2; ++r) acc[r] = 0.0f;
+  int c = 0;
+#pragma unroll 1
+  for (int i = lane; i < nbi; i += 32, ++c) {
+    const bool more = i + 32 < nbi, refill = i + 64 < nbi;
+    if (more) scales(i + 32);
+    int4 xr[2];  // x's codes of chunk i
+#pragma unroll
+    for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
+    const float d = __ldg(xd + i);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
+      cp_async_wait_upto(1 - h + (more ? 2 : 0) + (refill ? h : 0));
+      const int b = 2 * (c & 1) + h;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        acc[h * R + r] +=
+            float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
+      if (refill) issue(i + 64, b, h);
     }
-    dots();
+    sc[0] = sn[0], sc[1] = sn[1];
   }
   trace_mark(ts, 1);
   const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
@@ -606,46 +532,28 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   float* xd = xs.xd;
   float* hd = xd + nb;
   const bool wide = g_kernels.gate_warps == 16;
-  // EARLY gate/up (Q8Fuse::x_src): 8 warps, x's q8 blocks one a thread, not the stream kernel;
-  // elsewhere x is quantized by the quantize kernel (the router did not).
-  const bool stream = g_kernels.stream && fuse.stream;
-  const bool early_dot =
-      fuse.x_src && fuse.x_ready && fuse.predicted && !wide && nb <= kEarlyMaxNb && !stream;
-  const bool x_ready = fuse.x_ready && (!fuse.x_src || early_dot);
-  // trigger: gate/up lets down launch before its own wait, so down reads ids after its wait
-  const bool trigger = early_dot && fuse.trigger;
-  const auto gate = early_dot ? moe_gate_up_q8_kernel<8, true>
-                    : wide    ? moe_gate_up_q8_kernel<16, false>
-                              : moe_gate_up_q8_kernel<8, false>;
-  static const bool smem_ok[3] = {// more than the default 48 KB of dynamic shared memory
-                                  cudaFuncSetAttribute(moe_gate_up_q8_kernel<8, false>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       int(kGateSmem)) == cudaSuccess,
-                                  cudaFuncSetAttribute(moe_gate_up_q8_kernel<16, false>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       int(kGateSmem)) == cudaSuccess,
-                                  cudaFuncSetAttribute(moe_gate_up_q8_kernel<8, true>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       int(kGateSmemEarly)) == cudaSuccess};
-  if (!smem_ok[early_dot ? 2 : wide ? 1 : 0]) return 0;
-  int e = early ? 1 : 0;
-  if (!x_ready)
+  const auto gate = wide ? moe_gate_up_q8_kernel<16> : moe_gate_up_q8_kernel<8>;
+  static const bool smem_ok[2] = {
+      // more than the default 48 KB of dynamic shared memory
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess,
+      cudaFuncSetAttribute(moe_gate_up_q8_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(kGateSmem)) == cudaSuccess};
+  if (!smem_ok[wide ? 1 : 0]) return 0;
+  const int e = early ? 1 : 0;
+  if (!fuse.x_ready)
     launch(quantize_q8_kernel, unsigned((nb + kQuantThreads - 1) / kQuantThreads), kQuantThreads, 0,
            s, x, nb, fuse.norm, fuse.eps, xq, xd, e);
   // x_ready: gate/up follows the router itself (its ids are read after the wait)
-  if (stream && moe_stream_q8(table, ids, weights, k, xq, xd, hidden, inter, hq, hd, out,
-                              fuse.accumulate, fuse.stream, s))
+  if (g_kernels.stream && fuse.stream &&
+      moe_stream_q8(table, ids, weights, k, xq, xd, hidden, inter, hq, hd, out, fuse.accumulate,
+                    fuse.stream, s))
     return 2;
   const dim3 grid(unsigned(inter / 32), unsigned(k));
   const int acc = fuse.accumulate ? 1 : 0;
-  apply_carveout(reinterpret_cast<const void*>(gate), moe_carveout());
-  const size_t smem =
-      early_dot ? kGateSmem + size_t(nb) * (sizeof(Q8x) + sizeof(float)) : kGateSmem;
-  launch(gate, grid, unsigned(g_kernels.gate_warps * 32), smem, s, table, ids, weights, xq, xd,
-         hidden, inter, hq, hd, x_ready ? 0 : e, x_ready ? fuse.predicted : nullptr,
-         trigger ? -1 : g_kernels.predict_passes, early_dot ? fuse.x_src : nullptr, fuse.norm,
-         fuse.eps);
-  if (trigger) e = 0;
+  launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
+         hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
+         g_kernels.predict_passes);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),

@@ -189,11 +189,6 @@ bool pdl_enabled();
 // differs from the running kernel's becomes resident only as that kernel's
 // blocks leave their SMs (docs/cuda.md, "The carveout").
 void apply_carveout(const void* kernel);
-// The same with percent p for this kernel (p < 0: nothing; the first percentage
-// given a kernel stays: one a process).
-void apply_carveout(const void* kernel, int p);
-// The MoE step's kernels' percentage (cuda.h set_moe_carveout; -1: none).
-int moe_carveout();
 
 // compute(device) for the current device, computed once per device ordinal
 // and kept (0 where the device is unknown); one cache per F (each caller's

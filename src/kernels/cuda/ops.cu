@@ -174,19 +174,13 @@ bool pdl_enabled() {
 }
 
 namespace {
-std::atomic<int> g_carveout{-1};      // set_carveout
-std::atomic<int> g_moe_carveout{-1};  // set_moe_carveout
+std::atomic<int> g_carveout{-1};  // set_carveout
 }  // namespace
 
 void set_carveout(int percent) { g_carveout.store(percent, std::memory_order_relaxed); }
-void set_moe_carveout(int percent) { g_moe_carveout.store(percent, std::memory_order_relaxed); }
-int moe_carveout() { return g_moe_carveout.load(std::memory_order_relaxed); }
 
 void apply_carveout(const void* kernel) {
-  apply_carveout(kernel, g_carveout.load(std::memory_order_relaxed));
-}
-
-void apply_carveout(const void* kernel, int p) {
+  const int p = g_carveout.load(std::memory_order_relaxed);
   if (p < 0) return;
   static std::mutex m;
   static std::unordered_set<const void*> done;  // (one percentage a process)
