@@ -259,6 +259,98 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
   }
 }
 
+// Lane i of the warp returns the sum over the warp's lanes of their v[i]
+// (a reduce-scatter: 31 shuffles for 32 sums; v is clobbered). A step B: each
+// lane keeps the half of v[0 .. 2B) its bit B names, its partner's added.
+template <int B>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
+  const bool up = (lane & B) != 0;  // keeps v[i + B], sends v[i]
+#pragma unroll
+  for (int i = 0; i < B; ++i) {
+    const float lo = v[i], hi = v[i + B];
+    v[i] = (up ? hi : lo) + __shfl_xor_sync(0xffffffffu, up ? lo : hi, B);
+  }
+}
+__device__ __forceinline__ float warp_reduce_scatter(float (&v)[32]) {
+  const int lane = int(threadIdx.x & 31);
+  reduce_scatter_step<16>(v, lane);
+  reduce_scatter_step<8>(v, lane);
+  reduce_scatter_step<4>(v, lane);
+  reduce_scatter_step<2>(v, lane);
+  reduce_scatter_step<1>(v, lane);
+  return v[0];
+}
+
+// A group of 8 query heads over one tile of cnt positions (kTile rows of ld
+// floats in shared memory, head_dim 128, 8 warps) with each K and V element
+// read once (attend_tile reads the tile once a head): thread (warp w, lane j)
+// holds rows w + 8u (u < 4), dims 4j .. 4j + 3. Its 32 partial dots (head
+// i / 4 with row w + 8 (i % 4)) are summed over the lanes by a reduce-scatter
+// into ss [8][kTile]; warp h then runs head h's online softmax (m, l: its
+// running max and sum) and writes the weights to pp [8][8 rows w][4 u] and the
+// factor on earlier sums to cf [8]; then every thread scales its acc [8] (head
+// h, its dims, over its rows) and adds its rows' weighted values. q4: the
+// group's q rows (float4 of dims 4j). The tiles are read before its first
+// block barrier; ss, pp and cf are next written after the caller's next one.
+__device__ __forceinline__ void attend_tile8(const float4 (&q4)[8], const float* ks,
+                                             const float* vs, int ld, int cnt, float scale,
+                                             float* ss, float* pp, float* cf, float& m, float& l,
+                                             float4 (&acc)[8]) {
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
+  float4 kk[4], vv[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int r = warp + 8 * u;
+    const bool in = r < cnt;  // rows past cnt hold stale values: never read
+    kk[u] = in ? *reinterpret_cast<const float4*>(ks + r * ld + 4 * lane) : make_float4(0, 0, 0, 0);
+    vv[u] = in ? *reinterpret_cast<const float4*>(vs + r * ld + 4 * lane) : make_float4(0, 0, 0, 0);
+  }
+  float part[32];
+#pragma unroll
+  for (int h = 0; h < 8; ++h)
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      part[4 * h + u] =
+          q4[h].x * kk[u].x + q4[h].y * kk[u].y + q4[h].z * kk[u].z + q4[h].w * kk[u].w;
+  const float sc = warp_reduce_scatter(part) * scale;  // head lane / 4, row warp + 8 (lane % 4)
+  const int row = warp + 8 * (lane & 3);
+  ss[(lane >> 2) * kTile + row] = row < cnt ? sc : -FLT_MAX;
+  __syncthreads();
+  float corr;
+  const float pe = online_softmax(ss[warp * kTile + lane], lane < cnt, m, l, corr);
+  pp[warp * kTile + (lane & 7) * 4 + (lane >> 3)] = pe;  // row lane = (lane & 7) + 8 (lane >> 3)
+  if (lane == 0) cf[warp] = corr;
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 8; ++h) {
+    const float c = cf[h];
+    const float4 p = *reinterpret_cast<const float4*>(pp + h * kTile + 4 * warp);
+    float4& a = acc[h];
+    a.x = a.x * c + p.x * vv[0].x + p.y * vv[1].x + p.z * vv[2].x + p.w * vv[3].x;
+    a.y = a.y * c + p.x * vv[0].y + p.y * vv[1].y + p.z * vv[2].y + p.w * vv[3].y;
+    a.z = a.z * c + p.x * vv[0].z + p.y * vv[1].z + p.z * vv[2].z + p.w * vv[3].z;
+    a.w = a.w * c + p.x * vv[0].w + p.y * vv[1].w + p.z * vv[2].w + p.w * vv[3].w;
+  }
+}
+
+// attend_tile8's acc summed over the warps (through red [8 warps][8][32]
+// float4, which may alias the tiles: every thread has passed the last
+// attend_tile8's first barrier, after its tile reads): warp h's lane j
+// returns head h's dims 4j .. 4j + 3.
+__device__ __forceinline__ float4 gather_acc8(const float4 (&acc)[8], float4* red) {
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
+#pragma unroll
+  for (int h = 0; h < 8; ++h) red[(warp * 8 + h) * 32 + lane] = acc[h];
+  __syncthreads();
+  float4 s = make_float4(0, 0, 0, 0);
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    const float4 a = red[(w * 8 + warp) * 32 + lane];
+    s.x += a.x, s.y += a.y, s.z += a.z, s.w += a.w;
+  }
+  return s;
+}
+
 // A head row y [hd] in shared memory, in place, by one warp: RMSNorm with w
 // (null: none; double sum of squares, as the CPU) and RoPE with the position's
 // cos / sin [hd / 2] (computed in double from the f32 angle, as
@@ -385,7 +477,8 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
 
 // Grid: kv heads x S (>= the length's splits); block: 32 x min(G, 8) threads.
 // Dynamic shared memory: K and V tiles [kTile, hd + 4], the group's q [G, hd]
-// and (prep) q_norm, k_norm [hd], cos, sin [hd / 2], a k row [hd]. Before
+// and (prep) q_norm, k_norm [hd], cos, sin [hd / 2], a k row [hd], then
+// attend_tile8's scores and weights [8][kTile] and factors [8]. Before
 // grid_wait the block reads what no kernel of this step writes: the position
 // (copied before the graph), the norms, and its first tile's cache rows below
 // pos (into registers), and computes the position's cos / sin. After it: the
@@ -458,17 +551,33 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     m[hh] = -FLT_MAX, l[hh] = 0.0f;
     acc[hh][0] = acc[hh][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
+  // Groups of 8 heads at head_dim 128 read each tile once (attend_tile8):
+  // its scores, weights [8][kTile] and factors [8] after cs.
+  const bool g8 = HD == 128 && HPW == 1 && G == 8 && one_round;
+  float* ss8 = cs + 4 * hd;
+  float4 q4[8], acc8[8];  // g8: the group's q rows (dims 4 lane ..), the thread's sums
+#pragma unroll
+  for (int h = 0; h < 8; ++h) acc8[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int64_t p0 = pb; p0 < pe; p0 += kTile) {
     const int cnt = pe - p0 < kTile ? int(pe - p0) : kTile;
     const int64_t p1 = p0 + kTile;
     const int cnt1 = pe - p1 < kTile ? int(pe - p1) : kTile;
     if (p1 < pe && one_round) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);  // next, in flight
     __syncthreads();  // the tile (and qs) written
+    if (g8) {
+      if (p0 == pb)
 #pragma unroll
-    for (int hh = 0; hh < HPW; ++hh) {
-      const int hl = warp + hh * nw;
-      if (hl >= G) break;
-      attend_tile<HD>(qs + hl * hd, ks, vs, ld, hd, cnt, scale, m[hh], l[hh], acc[hh]);
+        for (int h = 0; h < 8; ++h)
+          q4[h] = *reinterpret_cast<const float4*>(qs + h * hd + 4 * lane);
+      attend_tile8(q4, ks, vs, ld, cnt, scale, ss8, ss8 + 8 * kTile, ss8 + 16 * kTile, m[0], l[0],
+                   acc8);
+    } else {
+#pragma unroll
+      for (int hh = 0; hh < HPW; ++hh) {
+        const int hl = warp + hh * nw;
+        if (hl >= G) break;
+        attend_tile<HD>(qs + hl * hd, ks, vs, ld, hd, cnt, scale, m[hh], l[hh], acc[hh]);
+      }
     }
     if (p1 < pe) {
       __syncthreads();  // the tile is consumed
@@ -478,6 +587,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
+  if (g8) acc[0][0] = gather_acc8(acc8, reinterpret_cast<float4*>(ks));  // head warp's sums
   trace_mark(ts, 3);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
@@ -515,7 +625,9 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
                    float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd) * sizeof(float);
+  // the tiles, q, cs (4 hd) and attend_tile8's scores, weights and factors
+  const size_t smem =
+      size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd + 16 * kTile + 8) * sizeof(float);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
