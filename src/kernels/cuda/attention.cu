@@ -259,96 +259,112 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
   }
 }
 
-// Lane i of the warp returns the sum over the warp's lanes of their v[i]
-// (a reduce-scatter: 31 shuffles for 32 sums; v is clobbered). A step B: each
-// lane keeps the half of v[0 .. 2B) its bit B names, its partner's added.
+// Lane i of the warp returns the sum over the warp's 32 lanes of their v[i %
+// 16] (a reduce-scatter: 16 shuffles for 16 sums; v is clobbered). Step B:
+// each lane keeps the half of v[0 .. 2B) its bit B names, its partner's added.
 template <int B>
-__device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[16], int lane) {
   const bool up = (lane & B) != 0;  // keeps v[i + B], sends v[i]
 #pragma unroll
   for (int i = 0; i < B; ++i) {
-    const float lo = v[i], hi = v[i + B];
+    const float lo = v[i], hi = v[i + B];  // (values selected, not addresses: v stays in registers)
     v[i] = (up ? hi : lo) + __shfl_xor_sync(0xffffffffu, up ? lo : hi, B);
   }
 }
-__device__ __forceinline__ float warp_reduce_scatter(float (&v)[32]) {
+__device__ __forceinline__ float warp_reduce_scatter16(float (&v)[16]) {
   const int lane = int(threadIdx.x & 31);
-  reduce_scatter_step<16>(v, lane);
   reduce_scatter_step<8>(v, lane);
   reduce_scatter_step<4>(v, lane);
   reduce_scatter_step<2>(v, lane);
   reduce_scatter_step<1>(v, lane);
-  return v[0];
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 16);  // the other 16 lanes' sum
 }
 
 // A group of 8 query heads over one tile of cnt positions (kTile rows of ld
-// floats in shared memory, head_dim 128, 8 warps) with each K and V element
-// read once (attend_tile reads the tile once a head): thread (warp w, lane j)
-// holds rows w + 8u (u < 4), dims 4j .. 4j + 3. Its 32 partial dots (head
-// i / 4 with row w + 8 (i % 4)) are summed over the lanes by a reduce-scatter
-// into ss [8][kTile]; warp h then runs head h's online softmax (m, l: its
-// running max and sum) and writes the weights to pp [8][8 rows w][4 u] and the
-// factor on earlier sums to cf [8]; then every thread scales its acc [8] (head
-// h, its dims, over its rows) and adds its rows' weighted values. q4: the
-// group's q rows (float4 of dims 4j). The tiles are read before its first
-// block barrier; ss, pp and cf are next written after the caller's next one.
-__device__ __forceinline__ void attend_tile8(const float4 (&q4)[8], const float* ks,
-                                             const float* vs, int ld, int cnt, float scale,
-                                             float* ss, float* pp, float* cf, float& m, float& l,
-                                             float4 (&acc)[8]) {
+// floats in shared memory, head_dim 128, 8 warps), each K element read once
+// and each V element by four warps (attend_tile reads the tile once a head).
+// Scores: thread (warp w, lane j) holds K rows w + 8u (u < 4) at dims 4j ..
+// 4j + 3; its partial dots (heads 4H .. 4H + 3, H = 0 then 1, with its 4 rows)
+// are summed over the lanes by a reduce-scatter: lane j writes head j / 4 with
+// row w + 8 (j % 4) into ss [8][kTile]. Warp h then runs head h's online
+// softmax (m, l: its running max and sum) and writes the weights to pp
+// [8][kTile] and the factor on earlier sums to cf [8]. Values: warp w adds,
+// for heads 2 (w % 4) and + 1, rows 16 (w / 4) .. + 15 of p x v at dims 4j ..
+// into acc [2] (scaled by cf first). qs: the group's q rows [8][128]. The K
+// tile is read before its first block barrier, the V tile after its second;
+// ss, pp and cf are next written after the caller's next barrier. (Few
+// registers: two blocks fit a multiprocessor, beside the q/k/v GEMV's.)
+__device__ __forceinline__ void attend_tile8(const float* qs, const float* ks, const float* vs,
+                                             int ld, int cnt, float scale, float* ss, float* pp,
+                                             float* cf, float& m, float& l, float4 (&acc)[2]) {
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
-  float4 kk[4], vv[4];
+  float4 kk[4];
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
-    const int r = warp + 8 * u;
-    const bool in = r < cnt;  // rows past cnt hold stale values: never read
-    kk[u] = in ? *reinterpret_cast<const float4*>(ks + r * ld + 4 * lane) : make_float4(0, 0, 0, 0);
-    vv[u] = in ? *reinterpret_cast<const float4*>(vs + r * ld + 4 * lane) : make_float4(0, 0, 0, 0);
+    const int r = warp + 8 * u;  // (rows past cnt hold stale values: never read)
+    kk[u] = r < cnt ? *reinterpret_cast<const float4*>(ks + r * ld + 4 * lane)
+                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  float part[32];
+  float sc = 0.0f;
 #pragma unroll
-  for (int h = 0; h < 8; ++h)
+  for (int H = 0; H < 2; ++H) {
+    float part[16];
 #pragma unroll
-    for (int u = 0; u < 4; ++u)
-      part[4 * h + u] =
-          q4[h].x * kk[u].x + q4[h].y * kk[u].y + q4[h].z * kk[u].z + q4[h].w * kk[u].w;
-  const float sc = warp_reduce_scatter(part) * scale;  // head lane / 4, row warp + 8 (lane % 4)
+    for (int i = 0; i < 4; ++i) {
+      const float4 q = *reinterpret_cast<const float4*>(qs + (4 * H + i) * 128 + 4 * lane);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        part[4 * i + u] = q.x * kk[u].x + q.y * kk[u].y + q.z * kk[u].z + q.w * kk[u].w;
+    }
+    const float t =
+        warp_reduce_scatter16(part);  // head 4H + lane % 16 / 4, row warp + 8 (lane % 4)
+    if ((lane >> 4) == H) sc = t * scale;
+  }
   const int row = warp + 8 * (lane & 3);
   ss[(lane >> 2) * kTile + row] = row < cnt ? sc : -FLT_MAX;
   __syncthreads();
   float corr;
-  const float pe = online_softmax(ss[warp * kTile + lane], lane < cnt, m, l, corr);
-  pp[warp * kTile + (lane & 7) * 4 + (lane >> 3)] = pe;  // row lane = (lane & 7) + 8 (lane >> 3)
+  pp[warp * kTile + lane] = online_softmax(ss[warp * kTile + lane], lane < cnt, m, l, corr);
   if (lane == 0) cf[warp] = corr;
   __syncthreads();
+  const int h0 = 2 * (warp & 3), r0 = 16 * (warp >> 2);
 #pragma unroll
-  for (int h = 0; h < 8; ++h) {
-    const float c = cf[h];
-    const float4 p = *reinterpret_cast<const float4*>(pp + h * kTile + 4 * warp);
-    float4& a = acc[h];
-    a.x = a.x * c + p.x * vv[0].x + p.y * vv[1].x + p.z * vv[2].x + p.w * vv[3].x;
-    a.y = a.y * c + p.x * vv[0].y + p.y * vv[1].y + p.z * vv[2].y + p.w * vv[3].y;
-    a.z = a.z * c + p.x * vv[0].z + p.y * vv[1].z + p.z * vv[2].z + p.w * vv[3].z;
-    a.w = a.w * c + p.x * vv[0].w + p.y * vv[1].w + p.z * vv[2].w + p.w * vv[3].w;
+  for (int j = 0; j < 2; ++j) {
+    const float c = cf[h0 + j];
+    acc[j].x *= c, acc[j].y *= c, acc[j].z *= c, acc[j].w *= c;
+  }
+  const int n = cnt - r0 < 16 ? cnt - r0 : 16;  // this warp's rows (weights past cnt are 0)
+#pragma unroll 4
+  for (int r = 0; r < n; ++r) {
+    const float4 vv = *reinterpret_cast<const float4*>(vs + (r0 + r) * ld + 4 * lane);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float p = pp[(h0 + j) * kTile + r0 + r];
+      acc[j].x += p * vv.x, acc[j].y += p * vv.y, acc[j].z += p * vv.z, acc[j].w += p * vv.w;
+    }
   }
 }
 
-// attend_tile8's acc summed over the warps (through red [8 warps][8][32]
-// float4, which may alias the tiles: every thread has passed the last
-// attend_tile8's first barrier, after its tile reads): warp h's lane j
-// returns head h's dims 4j .. 4j + 3.
-__device__ __forceinline__ float4 gather_acc8(const float4 (&acc)[8], float4* red) {
+// attend_tile8's acc added over each pair of warps w, w + 4 (through red
+// [8][32] float4 in shared memory, after a barrier): warp h's lane j returns
+// head h's dims 4j .. 4j + 3.
+__device__ __forceinline__ float4 gather_acc8(const float4 (&acc)[2], float4* red) {
   const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x & 31);
+  const int h0 = 2 * (warp & 3);
+  __syncthreads();  // (red may alias what other warps still read)
+  if (warp >= 4)
 #pragma unroll
-  for (int h = 0; h < 8; ++h) red[(warp * 8 + h) * 32 + lane] = acc[h];
+    for (int j = 0; j < 2; ++j) red[(h0 + j) * 32 + lane] = acc[j];
   __syncthreads();
-  float4 s = make_float4(0, 0, 0, 0);
+  if (warp < 4)
 #pragma unroll
-  for (int w = 0; w < 8; ++w) {
-    const float4 a = red[(w * 8 + warp) * 32 + lane];
-    s.x += a.x, s.y += a.y, s.z += a.z, s.w += a.w;
-  }
-  return s;
+    for (int j = 0; j < 2; ++j) {
+      const float4 b = red[(h0 + j) * 32 + lane];
+      red[(h0 + j) * 32 + lane] =
+          make_float4(acc[j].x + b.x, acc[j].y + b.y, acc[j].z + b.z, acc[j].w + b.w);
+    }
+  __syncthreads();
+  return red[warp * 32 + lane];
 }
 
 // A head row y [hd] in shared memory, in place, by one warp: RMSNorm with w
@@ -486,8 +502,8 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
 // tiles, each next one in flight in registers while the warps attend to the
 // current one; with more than one split the last block of each kv head merges
 // (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
-template <int HPW, int HD>
-__global__ void __launch_bounds__(kMaxGroupWarps * 32)
+template <int HPW, int HD, bool G8>
+__global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no minimum)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
                        float* scratch, DecodePrep prep, unsigned* done) {
@@ -553,23 +569,18 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
   }
   // Groups of 8 heads at head_dim 128 read each tile once (attend_tile8):
   // its scores, weights [8][kTile] and factors [8] after cs.
-  const bool g8 = HD == 128 && HPW == 1 && G == 8 && one_round;
+  constexpr bool g8 = G8;  // (launch_decode: HD 128, one head a warp, G == 8)
   float* ss8 = cs + 4 * hd;
-  float4 q4[8], acc8[8];  // g8: the group's q rows (dims 4 lane ..), the thread's sums
-#pragma unroll
-  for (int h = 0; h < 8; ++h) acc8[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 acc8[2] = {};  // g8: the warp's sums (attend_tile8)
   for (int64_t p0 = pb; p0 < pe; p0 += kTile) {
     const int cnt = pe - p0 < kTile ? int(pe - p0) : kTile;
     const int64_t p1 = p0 + kTile;
     const int cnt1 = pe - p1 < kTile ? int(pe - p1) : kTile;
-    if (p1 < pe && one_round) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);  // next, in flight
+    // the next tile in flight in registers (g8: read after this one, its registers kept free)
+    if (p1 < pe && one_round && !g8) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);
     __syncthreads();  // the tile (and qs) written
     if (g8) {
-      if (p0 == pb)
-#pragma unroll
-        for (int h = 0; h < 8; ++h)
-          q4[h] = *reinterpret_cast<const float4*>(qs + h * hd + 4 * lane);
-      attend_tile8(q4, ks, vs, ld, cnt, scale, ss8, ss8 + 8 * kTile, ss8 + 16 * kTile, m[0], l[0],
+      attend_tile8(qs, ks, vs, ld, cnt, scale, ss8, ss8 + 8 * kTile, ss8 + 16 * kTile, m[0], l[0],
                    acc8);
     } else {
 #pragma unroll
@@ -581,7 +592,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32)
     }
     if (p1 < pe) {
       __syncthreads();  // the tile is consumed
-      if (one_round)
+      if (one_round && !g8)
         t.put(ks, vs, cnt1, nd4, ld, 0);
       else
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
@@ -628,12 +639,15 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
   // the tiles, q, cs (4 hd) and attend_tile8's scores, weights and factors
   const size_t smem =
       size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd + 16 * kTile + 8) * sizeof(float);
+  // groups of 8 heads at head_dim 128: attend_tile8
+  auto kern = attn_decode_kernel<HPW, HD, false>;
+  if constexpr (HD == 128 && HPW == 1)
+    if (G == 8) kern = attn_decode_kernel<HPW, HD, true>;
   if (smem > 48 * 1024)
-    cudaFuncSetAttribute(attn_decode_kernel<HPW, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         int(smem));
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};
-  launch(attn_decode_kernel<HPW, HD>, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos,
-         d_pos, heads, kvh, hd, scale, out, scratch, prep, done);
+  launch(kern, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos, d_pos, heads, kvh, hd,
+         scale, out, scratch, prep, done);
 }
 }  // namespace
 
