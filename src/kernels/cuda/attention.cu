@@ -501,7 +501,9 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
 // group's q rows; with prep.k_new the input steps (decode_prep); then the
 // tiles, each next one in flight in registers while the warps attend to the
 // current one; with more than one split the last block of each kv head merges
-// (decode_merge). HD: head_dim at compile time (128), or 0 (hd).
+// (decode_merge). HD: head_dim at compile time (128), or 0 (hd). G8 (HD 128,
+// HPW 1, 8 heads a group): attend_tile8 instead, each next tile read after the
+// current one (its registers kept free: two blocks fit a multiprocessor).
 template <int HPW, int HD, bool G8>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no minimum)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
