@@ -260,7 +260,8 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
 }
 
 // Lane i of the warp returns the sum over the warp's 32 lanes of their v[i %
-// 16] (a reduce-scatter: 16 shuffles for 16 sums; v is clobbered). Step B:
+// 16] (a reduce-scatter: 16 shuffles for 16 sums, where decode_chunk.cuh's
+// warp_rows_sum takes 5 a sum; v is clobbered). Step B:
 // each lane keeps the half of v[0 .. 2B) its bit B names, its partner's added.
 template <int B>
 __device__ __forceinline__ void reduce_scatter_step(float (&v)[16], int lane) {
@@ -571,17 +572,16 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no mi
   }
   // Groups of 8 heads at head_dim 128 read each tile once (attend_tile8):
   // its scores, weights [8][kTile] and factors [8] after cs.
-  constexpr bool g8 = G8;  // (launch_decode: HD 128, one head a warp, G == 8)
   float* ss8 = cs + 4 * hd;
-  float4 acc8[2] = {};  // g8: the warp's sums (attend_tile8)
+  float4 acc8[2] = {};  // G8: the warp's sums (attend_tile8; launch_decode picks G8)
   for (int64_t p0 = pb; p0 < pe; p0 += kTile) {
     const int cnt = pe - p0 < kTile ? int(pe - p0) : kTile;
     const int64_t p1 = p0 + kTile;
     const int cnt1 = pe - p1 < kTile ? int(pe - p1) : kTile;
-    // the next tile in flight in registers (g8: read after this one, its registers kept free)
-    if (p1 < pe && one_round && !g8) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);
+    // the next tile in flight in registers (G8: read after this one, its registers kept free)
+    if (p1 < pe && one_round && !G8) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);
     __syncthreads();  // the tile (and qs) written
-    if (g8) {
+    if (G8) {
       attend_tile8(qs, ks, vs, ld, cnt, scale, ss8, ss8 + 8 * kTile, ss8 + 16 * kTile, m[0], l[0],
                    acc8);
     } else {
@@ -594,13 +594,13 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no mi
     }
     if (p1 < pe) {
       __syncthreads();  // the tile is consumed
-      if (one_round && !g8)
+      if (one_round && !G8)
         t.put(ks, vs, cnt1, nd4, ld, 0);
       else
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
-  if (g8) acc[0][0] = gather_acc8(acc8, reinterpret_cast<float4*>(ks));  // head warp's sums
+  if (G8) acc[0][0] = gather_acc8(acc8, reinterpret_cast<float4*>(ks));  // head warp's sums
   trace_mark(ts, 3);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
