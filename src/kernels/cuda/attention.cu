@@ -259,28 +259,6 @@ __device__ __forceinline__ void attend_tile(const float* qh, const float* ks, co
   }
 }
 
-// Lane i of the warp returns the sum over the warp's 32 lanes of their v[i %
-// 16] (a reduce-scatter: 16 shuffles for 16 sums, where decode_chunk.cuh's
-// warp_rows_sum takes 5 a sum; v is clobbered). Step B:
-// each lane keeps the half of v[0 .. 2B) its bit B names, its partner's added.
-template <int B>
-__device__ __forceinline__ void reduce_scatter_step(float (&v)[16], int lane) {
-  const bool up = (lane & B) != 0;  // keeps v[i + B], sends v[i]
-#pragma unroll
-  for (int i = 0; i < B; ++i) {
-    const float lo = v[i], hi = v[i + B];  // (values selected, not addresses: v stays in registers)
-    v[i] = (up ? hi : lo) + __shfl_xor_sync(0xffffffffu, up ? lo : hi, B);
-  }
-}
-__device__ __forceinline__ float warp_reduce_scatter16(float (&v)[16]) {
-  const int lane = int(threadIdx.x & 31);
-  reduce_scatter_step<8>(v, lane);
-  reduce_scatter_step<4>(v, lane);
-  reduce_scatter_step<2>(v, lane);
-  reduce_scatter_step<1>(v, lane);
-  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 16);  // the other 16 lanes' sum
-}
-
 // A group of 8 query heads over one tile of cnt positions (kTile rows of ld
 // floats in shared memory, head_dim 128, 8 warps), each K element read once
 // and each V element by four warps (attend_tile reads the tile once a head).
@@ -318,7 +296,7 @@ __device__ __forceinline__ void attend_tile8(const float* qs, const float* ks, c
         part[4 * i + u] = q.x * kk[u].x + q.y * kk[u].y + q.z * kk[u].z + q.w * kk[u].w;
     }
     const float t =
-        warp_reduce_scatter16(part);  // head 4H + lane % 16 / 4, row warp + 8 (lane % 4)
+        warp_rows_scatter<16>(part);  // head 4H + lane % 16 / 4, row warp + 8 (lane % 4)
     if ((lane >> 4) == H) sc = t * scale;
   }
   const int row = warp + 8 * (lane & 3);

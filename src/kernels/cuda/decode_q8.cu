@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     sc[0] = sn[0], sc[1] = sn[1];
   }
   trace_mark(ts, 1);
-  const float g = warp_rows_sum<R2>(acc);               // lane r: gate row r; lane R + r: up
+  const float g = warp_rows_scatter<R2>(acc);           // lane r: gate row r; lane R + r: up
   const float u = __shfl_down_sync(0xffffffffu, g, R);  // lane r: up row r
   if (lane < R) hs[warp * R + lane] = g / (1.0f + expf(-g)) * u;
   __syncthreads();

@@ -42,6 +42,34 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Lane i of the warp returns the sum over the warp's 32 lanes of their v[i %
+// N] (N a power of two <= 16; v is clobbered): a reduce-scatter, N - 1
+// shuffles to take the N values to one a lane, then 5 - log2 N to sum the
+// lanes that hold the same one (warp_sum on each would take 5 N). Step B:
+// each lane keeps the half of v[0 .. 2B) its bit B names, its partner's added.
+template <int B, int N>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[N], int lane) {
+  const bool up = (lane & B) != 0;  // keeps v[i + B], sends v[i]
+#pragma unroll
+  for (int i = 0; i < B; ++i) {
+    const float lo = v[i], hi = v[i + B];  // (values selected, not addresses: v stays in registers)
+    v[i] = (up ? hi : lo) + __shfl_xor_sync(0xffffffffu, up ? lo : hi, B);
+  }
+}
+template <int N>
+__device__ __forceinline__ float warp_rows_scatter(float (&v)[N]) {
+  static_assert(N >= 1 && N <= 16 && (N & (N - 1)) == 0, "N: a power of two <= 16");
+  const int lane = int(threadIdx.x & 31);
+  if constexpr (N >= 16) reduce_scatter_step<8>(v, lane);
+  if constexpr (N >= 8) reduce_scatter_step<4>(v, lane);
+  if constexpr (N >= 4) reduce_scatter_step<2>(v, lane);
+  if constexpr (N >= 2) reduce_scatter_step<1>(v, lane);
+  float t = v[0];
+#pragma unroll
+  for (int o = N; o < 32; o <<= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+
 // The block total of each thread's ss (double, in a fixed order: warp
 // butterflies, then the warps in order); part: 33 doubles of shared memory.
 __device__ __forceinline__ double block_sumsq(double ss, double* part) {
