@@ -134,9 +134,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // MOETIER_CUDA_PREDICT_PASSES=N: gate/up starts N of its first 4 passes of
   // the predicted experts before its wait (A/B)
   mk.predict_passes = int(env_int("MOETIER_CUDA_PREDICT_PASSES", 1, 4, 4));
-  // MOETIER_CUDA_PREDICT_L2=1 | 2: and asks L2 for the rest of those rows (2:
-  // evict_last) before its wait (A/B; 0, the default: not)
-  mk.predict_l2 = int(env_int("MOETIER_CUDA_PREDICT_L2", 0, 2, 0));
   cuda::set_moe_q8_kernels(mk);
   moe_stream_ = mk.stream;
   // MOETIER_CUDA_FUSE=0: at decode, the layer's norms and residual adds as

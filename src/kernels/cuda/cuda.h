@@ -348,9 +348,6 @@ struct MoeQ8Kernels {
   // with Q8Fuse::predicted: how many of gate/up's first four passes (gate and
   // up rows of its first two chunks) it starts before its wait (1..4)
   int predict_passes = 4;
-  // with Q8Fuse::predicted: 1 | 2: gate/up asks L2 for the rest of its predicted
-  // rows before its wait (2: evict_last); 0: not (MOETIER_CUDA_PREDICT_L2, A/B)
-  int predict_l2 = 0;
 };
 // Every decode kernel's preferred shared-memory carveout, percent (0..100);
 // -1 (the default): no preference (MOETIER_CUDA_CARVEOUT; launch.cuh).

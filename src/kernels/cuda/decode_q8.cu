@@ -167,30 +167,6 @@ __device__ __forceinline__ int matched_slot(const int32_t* ids, const int32_t* p
   return s;
 }
 
-// MOETIER_CUDA_PREDICT_L2 (A/B): a warp of gate/up's block asks L2 for the
-// rest of its R gate and R up rows of the predicted expert, the bytes past its
-// first npre passes (of 16-byte chunks lane + 32 c), and for the rows' scales,
-// before its wait: mode 1 prefetch.global.L2, 2 with evict_last. A hint only:
-// a mispredicted expert's lines are never read.
-template <int R>
-__device__ __forceinline__ void prefetch_rest_rows(const uint4* gw, const uint4* uw,
-                                                   const uint8_t* gs, const uint8_t* us, int64_t nb,
-                                                   int npre, int mode) {
-  const int lane = int(threadIdx.x & 31);
-  const int64_t bytes = nb * 16, from = int64_t(32 * ((npre + 1) / 2)) * 16;  // of a row
-  const int64_t lines = from < bytes ? (bytes - from + 127) / 128 : 0, per = lines + 1;
-  for (int64_t j = lane; j < 2 * R * per; j += 32) {
-    const int r = int(j / per), l = int(j % per), h = r / R;
-    const char* a = l < lines ? reinterpret_cast<const char*>(h == 0 ? gw : uw) + (r % R) * bytes +
-                                    from + 128 * l
-                              : reinterpret_cast<const char*>(h == 0 ? gs : us) + (r % R) * nb;
-    if (mode == 2)
-      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
-    else
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-  }
-}
-
 // Grid: (inter / 32, k). hq [k, inter / 32] q8 blocks, hd the same [k, inter / 32]
 // scales times the slot's routing weight. NW warps of R rows each (NW x R =
 // 32): 2R weight rows a warp (R of gate, R of up), a lane one 32-column chunk
@@ -209,7 +185,7 @@ template <int NW>
 __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     moe_gate_up_q8_kernel(const ExpertPtrs* table, const int32_t* ids, const float* weights,
                           const Q8x* xq, const float* xd, int64_t hidden, int64_t inter, Q8x* hq,
-                          float* hd, int early, const int32_t* pred, int npre, int l2rest) {
+                          float* hd, int early, const int32_t* pred, int npre) {
   const unsigned long long t_start = trace_clock();  // (the trace build's start of the block)
   constexpr int R = 32 / NW, R2 = 2 * R;
   extern __shared__ uint4 stage[];  // [4][NW][R][32]
@@ -256,8 +232,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
     prep(__ldcg(ids + slot), 4);  // ids and weights: two launches back
   else if (pred)
     pe = __ldcg(pred + slot), prep(pe, npre);  // the predicted ids: two or more launches back
-  if (pe >= 0 && l2rest) prefetch_rest_rows<R>(gw, uw, gs, us, nb, npre, l2rest);
-  const unsigned ts = grid_wait<2>(t_start);  // xq comes from the kernel before; marks: dots, end
+  const unsigned ts = grid_wait<2>(t_start);   // xq comes from the kernel before; marks: dots, end
   grid_launch_dependents();
   int sl = slot;  // the router's slot this block computes
   if (!early && pred) {
@@ -578,7 +553,7 @@ int moe_decode_q8(const ExpertPtrs* table, WeightEncoding enc, bool vec, const i
   const int acc = fuse.accumulate ? 1 : 0;
   launch(gate, grid, unsigned(g_kernels.gate_warps * 32), kGateSmem, s, table, ids, weights, xq, xd,
          hidden, inter, hq, hd, fuse.x_ready ? 0 : e, fuse.x_ready ? fuse.predicted : nullptr,
-         g_kernels.predict_passes, g_kernels.predict_l2);
+         g_kernels.predict_passes);
   if (g_kernels.down_rows == 0) {
     constexpr int64_t kRowsPerBlock = kDownWarps * kDownRows;
     launch(moe_down_q8_kernel, unsigned((hidden + kRowsPerBlock - 1) / kRowsPerBlock),
