@@ -440,10 +440,10 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
 // block's q rows are read (one round trip for both): this token's v row of its
 // kv head to the cache, and its k and v rows to ktmp, the tile rows pr when pos
 // falls in the first tile (pr >= 0). Then (a sync later) decode_prep: the
-// group's q rows (in qs) and the k row are normalized and rotated (a row a
-// warp, or two rows a warp of 16 lanes each where that takes a second pass
-// off: the last split's 9 rows on 8 warps), and the k row written to the
-// cache. c: q_norm, k_norm [hd], cos, sin [hd / 2] in shared memory.
+// group's q rows (in qs) and the k row are normalized and rotated (two rows a
+// warp, 16 lanes each, where they fit in one pass), and the k
+// row written to the cache. c: q_norm, k_norm [hd], cos, sin [hd / 2] in shared
+// memory.
 __device__ __forceinline__ void decode_new_kv(float* vc, int64_t pos, int64_t g, int hd,
                                               int64_t stride, int pr, const DecodePrep& p,
                                               float* ktmp, float* ks, float* vs, int ld) {
@@ -463,7 +463,7 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
   const float* qn = p.q_norm ? c : nullptr;
   const float* kn = p.k_norm ? c + hd : nullptr;
   const int rows = G + (last ? 1 : 0);  // the q rows, then the k row
-  if (rows > nw && rows <= 2 * nw) {    // two rows a warp: one pass (9 rows on 8 warps)
+  if (rows <= 2 * nw) {                 // two rows a warp: one pass (9 rows on 8 warps)
     const int r = 2 * warp + int((threadIdx.x >> 4) & 1);
     if (2 * warp < rows)
       norm_rope_row<16>(r < G ? qs + r * hd : krow, r < rows, r < G ? qn : kn, hd, p.eps,
