@@ -346,26 +346,24 @@ __device__ __forceinline__ float4 gather_acc8(const float4 (&acc)[2], float4* re
   return red[warp * 32 + lane];
 }
 
-// A head row y [hd] in shared memory, in place, by W lanes of a warp (32, or
-// 16: two rows a warp, lanes 0-15 and 16-31; every lane of the warp calls it,
-// a lane group with no row with on = false): RMSNorm with w (null: none;
-// double sum of squares, as the CPU) and RoPE with the position's cos / sin
-// [hd / 2] (computed in double from the f32 angle, as qk_norm_rope_kv does).
-template <int W>
-__device__ __forceinline__ void norm_rope_row(float* y, bool on, const float* w, int hd, float eps,
+// A head row y [hd] in shared memory, in place, by one warp: RMSNorm with w
+// (null: none; double sum of squares, as the CPU) and RoPE with the position's
+// cos / sin [hd / 2] (computed in double from the f32 angle, as
+// qk_norm_rope_kv does).
+__device__ __forceinline__ void norm_rope_row(float* y, const float* w, int hd, float eps,
                                               const float* cs, const float* sn) {
-  const int l = int(threadIdx.x & (W - 1)), n = on ? hd : 0;
+  const int lane = int(threadIdx.x & 31);
   if (w) {
     double ss = 0.0;
-    for (int d = l; d < n; d += W) ss += double(y[d]) * double(y[d]);
+    for (int d = lane; d < hd; d += 32) ss += double(y[d]) * double(y[d]);
 #pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float r = 1.0f / sqrtf(float(ss / double(hd)) + eps);
-    for (int d = l; d < n; d += W) y[d] = w[d] * (y[d] * r);
+    for (int d = lane; d < hd; d += 32) y[d] = w[d] * (y[d] * r);
     __syncwarp();
   }
-  const int half = n / 2;
-  for (int d = l; d < half; d += W) {
+  const int half = hd / 2;
+  for (int d = lane; d < half; d += 32) {
     const float c = cs[d], s = sn[d], a = y[d], b = y[d + half];
     y[d] = a * c - b * s, y[d + half] = b * c + a * s;
   }
@@ -440,8 +438,7 @@ __device__ void decode_merge(const float* scratch, int64_t g, int64_t G, int64_t
 // block's q rows are read (one round trip for both): this token's v row of its
 // kv head to the cache, and its k and v rows to ktmp, the tile rows pr when pos
 // falls in the first tile (pr >= 0). Then (a sync later) decode_prep: the
-// group's q rows (in qs) and the k row are normalized and rotated (two rows a
-// warp, 16 lanes each, where they fit in one pass), and the k
+// group's q rows (in qs) and the k row are normalized and rotated, and the k
 // row written to the cache. c: q_norm, k_norm [hd], cos, sin [hd / 2] in shared
 // memory.
 __device__ __forceinline__ void decode_new_kv(float* vc, int64_t pos, int64_t g, int hd,
@@ -462,17 +459,9 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
   const int nw = int(blockDim.x / 32), warp = int(threadIdx.x / 32);
   const float* qn = p.q_norm ? c : nullptr;
   const float* kn = p.k_norm ? c + hd : nullptr;
-  const int rows = G + (last ? 1 : 0);  // the q rows, then the k row
-  if (rows <= 2 * nw) {                 // two rows a warp: one pass (9 rows on 8 warps)
-    const int r = 2 * warp + int((threadIdx.x >> 4) & 1);
-    if (2 * warp < rows)
-      norm_rope_row<16>(r < G ? qs + r * hd : krow, r < rows, r < G ? qn : kn, hd, p.eps,
-                        c + 2 * hd, c + 2 * hd + hd / 2);
-  } else {
-    for (int r = warp; r < rows; r += nw)
-      norm_rope_row<32>(r < G ? qs + r * hd : krow, true, r < G ? qn : kn, hd, p.eps, c + 2 * hd,
-                        c + 2 * hd + hd / 2);
-  }
+  for (int r = warp; r < G + (last ? 1 : 0); r += nw)
+    norm_rope_row(r < G ? qs + r * hd : krow, r < G ? qn : kn, hd, p.eps, c + 2 * hd,
+                  c + 2 * hd + hd / 2);
   __syncthreads();
   if (last) {
     for (int i = int(threadIdx.x); i < hd; i += int(blockDim.x))
