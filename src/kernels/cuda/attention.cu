@@ -616,13 +616,14 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
                    float* scratch, const DecodePrep& prep, unsigned* done, cudaStream_t s) {
   const int64_t G = heads / kvh;
   const int warps = int(G < kMaxGroupWarps ? G : kMaxGroupWarps);
-  // the tiles, q, cs (4 hd) and attend_tile8's scores, weights and factors
-  const size_t smem =
-      size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd + 16 * kTile + 8) * sizeof(float);
-  // groups of 8 heads at head_dim 128: attend_tile8
+  // groups of 8 heads at head_dim 128: attend_tile8, with its scores, weights
+  // [8][kTile] and factors [8] in shared memory
   auto kern = attn_decode_kernel<HPW, HD, false>;
+  int64_t tile8 = 0;
   if constexpr (HD == 128 && HPW == 1)
-    if (G == 8) kern = attn_decode_kernel<HPW, HD, true>;
+    if (G == 8) kern = attn_decode_kernel<HPW, HD, true>, tile8 = 16 * kTile + 8;
+  // the tiles, q, cs (4 hd), then attend_tile8's
+  const size_t smem = size_t(2 * kTile * (hd + 4) + G * hd + 4 * hd + tile8) * sizeof(float);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};

@@ -97,7 +97,9 @@ __device__ __forceinline__ float block_sum(float (&v)[R], float (*red)[kMaxThrea
 }
 
 // Warp sums of v[r] (butterflies: every lane holds every total); lane r < R
-// returns row r's total.
+// returns row r's total. (For R a power of two <= 16, rowdot.cuh's
+// warp_rows_scatter gives lane r the same row in R - 1 + 5 - log2 R shuffles
+// instead of 5 R; gate/up's end uses it.)
 template <int R>
 __device__ __forceinline__ float warp_rows_sum(float (&v)[R]) {
   const int lane = threadIdx.x & 31;
