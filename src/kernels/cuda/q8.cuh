@@ -71,32 +71,13 @@ __device__ __forceinline__ int prmt(uint32_t a, uint32_t b, uint32_t sel) {
 // replicated), pos; by the codes & 7 every magnitude, mag. The signed dot is
 // 2 pos.p - mag.p: s.x sums pos.p, s.y mag.p. Per word 4 permutes, an and,
 // two shifts (ALU pipe) and 4 dp4a (FMA pipe).
-//
-// MOETIER_Q8_HI16 picks how the high halves' selectors are made (the same
-// bits every way): 0, two shifts (ALU pipe: 7 ALU instructions a word); 1, w's
-// high half as a multiply-high by 2^16 on the FMA pipe and the and on it (6
-// ALU, 5 FMA); 2, both halves by multiply-high (5 ALU, 6 FMA).
-#ifndef MOETIER_Q8_HI16
-#define MOETIER_Q8_HI16 0
-#endif
-// 2^16 in constant memory, so ptxas cannot fold the multiply-high back into a
-// shift.
-static __constant__ uint32_t kTwo16 = 65536u;
-__device__ __forceinline__ uint32_t high_half(uint32_t w) {
-#if MOETIER_Q8_HI16 == 0
-  return w >> 16;
-#else
-  return __umulhi(w, kTwo16);
-#endif
-}
 __device__ __forceinline__ int2 word_dot(uint32_t w, int2 p, int2 s) {
   constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
-  const uint32_t m = w & 0x77777777u, wh = high_half(w);
-  const uint32_t mh = MOETIER_Q8_HI16 == 1 ? wh & 0x7777u : high_half(m);
+  const uint32_t m = w & 0x77777777u;
   s.x = __dp4a(prmt(kMag0, kMag1, w), p.x, s.x);
   s.y = __dp4a(prmt(kMag0, kMag1, m), p.x, s.y);
-  s.x = __dp4a(prmt(kMag0, kMag1, wh), p.y, s.x);
-  s.y = __dp4a(prmt(kMag0, kMag1, mh), p.y, s.y);
+  s.x = __dp4a(prmt(kMag0, kMag1, w >> 16), p.y, s.x);
+  s.y = __dp4a(prmt(kMag0, kMag1, m >> 16), p.y, s.y);
   return s;
 }
 __device__ __forceinline__ int signed_dot(int2 s) { return 2 * s.x - s.y; }
