@@ -257,7 +257,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
     for (int j = 0; j < 2; ++j) xr[j] = __ldg(reinterpret_cast<const int4*>(xq + i) + j);
     const float d = __ldg(xd + i);
-    const int xb = MOETIER_Q8_FOLD ? x_bias(xr) : 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // passes issued after (c, h): (c, 1) for h = 0, those of c + 1, (c + 2, 0) for h = 1
@@ -266,7 +265,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 3 : 2)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         acc[h * R + r] +=
-            float(dot_chunk(*at(b, r), xr, xb)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
+            float(dot_chunk(*at(b, r), xr)) * (e8m0_half((sc[h] >> (8 * r)) & 0xffu) * d);
       if (refill) issue(i + 64, b, h);
     }
     sc[0] = sn[0], sc[1] = sn[1];

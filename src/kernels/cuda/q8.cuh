@@ -82,67 +82,19 @@ __device__ __forceinline__ int2 word_dot(uint32_t w, int2 p, int2 s) {
 }
 __device__ __forceinline__ int signed_dot(int2 s) { return 2 * s.x - s.y; }
 
-// MOETIER_Q8_FOLD=1 (an A/B build; 0, the default, is the form above): one
-// dp4a a half word instead of two, on the bytes 2 pos + (64 - mag) (52 .. 76:
-// no carry between bytes, all below 128), whose dot with p is the signed dot +
-// 64 sum(p); the caller starts s at -64 times the q8 block's code sum
-// (x_bias). Per word 4 permutes, an and, two shifts and two adds (ALU, or the
-// adds wherever ptxas puts them) and 2 dp4a: two dp4a a word moved off the FMA
-// pipe. The same integers, so the same bits.
-#ifndef MOETIER_Q8_FOLD
-#define MOETIER_Q8_FOLD 0
-#endif
-__device__ __forceinline__ int word_dot_fold(uint32_t w, int2 p, int s) {
-  constexpr uint32_t kMag0 = 0x03020100u, kMag1 = 0x0c080604u;
-  constexpr uint32_t kOff0 = 0x3d3e3f40u, kOff1 = 0x34383a3cu;  // 64 - (0 1 2 3 4 6 8 12)
-  const uint32_t m = w & 0x77777777u;
-  const uint32_t lo = uint32_t(prmt(kMag0, kMag1, w)), hi = uint32_t(prmt(kMag0, kMag1, w >> 16));
-  s = __dp4a(int(lo + lo + uint32_t(prmt(kOff0, kOff1, m))), p.x, s);
-  return __dp4a(int(hi + hi + uint32_t(prmt(kOff0, kOff1, m >> 16))), p.y, s);
-}
-// -64 times the sum of a q8 block's 32 codes (held as 8 words).
-__device__ __forceinline__ int x_bias(const int4 (&x)[2]) {
-  constexpr int kOnes = 0x01010101;
-  int t =
-      __dp4a(x[0].x, kOnes, __dp4a(x[0].y, kOnes, __dp4a(x[0].z, kOnes, __dp4a(x[0].w, kOnes, 0))));
-  t = __dp4a(x[1].x, kOnes, __dp4a(x[1].y, kOnes, __dp4a(x[1].z, kOnes, __dp4a(x[1].w, kOnes, t))));
-  return -64 * t;
-}
-
 // The integer dot of one 16-byte chunk w (32 codes) with a q8 block's codes
-// held in registers (x: p0, p1); xb: x_bias(x) (used by the fold form only).
-__device__ __forceinline__ int dot_chunk(const uint4& w, const int4 (&x)[2], int xb) {
-#if MOETIER_Q8_FOLD
-  int s = word_dot_fold(w.x, make_int2(x[0].x, x[0].y), xb);
-  s = word_dot_fold(w.y, make_int2(x[0].z, x[0].w), s);
-  s = word_dot_fold(w.z, make_int2(x[1].x, x[1].y), s);
-  return word_dot_fold(w.w, make_int2(x[1].z, x[1].w), s);
-#else
-  (void)xb;
+// held in registers (x: p0, p1).
+__device__ __forceinline__ int dot_chunk(const uint4& w, const int4 (&x)[2]) {
   int2 s = word_dot(w.x, make_int2(x[0].x, x[0].y), make_int2(0, 0));
   s = word_dot(w.y, make_int2(x[0].z, x[0].w), s);
   s = word_dot(w.z, make_int2(x[1].x, x[1].y), s);
   return signed_dot(word_dot(w.w, make_int2(x[1].z, x[1].w), s));
-#endif
-}
-__device__ __forceinline__ int dot_chunk(const uint4& w, const int4 (&x)[2]) {
-  return dot_chunk(w, x, MOETIER_Q8_FOLD ? x_bias(x) : 0);
 }
 
 // is[r] = integer dot of chunk q[r] (16 bytes: 32 columns) of R rows with one
 // q8 block's codes xv [4] (as int2), read a word pair at a time.
 template <int R>
 __device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, int (&is)[R]) {
-#if MOETIER_Q8_FOLD
-  int2 p[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) p[j] = __ldg(xv + j);
-  const int4 x[2] = {make_int4(p[0].x, p[0].y, p[1].x, p[1].y),
-                     make_int4(p[2].x, p[2].y, p[3].x, p[3].y)};
-  const int xb = x_bias(x);
-#pragma unroll
-  for (int r = 0; r < R; ++r) is[r] = dot_chunk(q[r], x, xb);
-#else
   int2 s[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) s[r] = make_int2(0, 0);
@@ -155,7 +107,6 @@ __device__ __forceinline__ void dot_rows(const uint4 (&q)[R], const int2* xv, in
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) is[r] = signed_dot(s[r]);
-#endif
 }
 
 // Half the e8m0 scale (the codes hold 2 e2m1), without branches: 2^(e - 128),
