@@ -37,7 +37,8 @@
 #                                                    configured with -DMOETIER_CUDA_TRACE=ON)
 #   bins abbin                                       decode against another binary (MB=path)
 #   SWITCHES="VAR=V ..." ... bins test switches       opt-in kernels: tests with all on, then decode A/B
-#   abxz                                             moetier binaries in .carry/ab/*.xz side by side
+#   sassab abxz                                      the MoE kernels' instruction mix of .carry/ab/*.xz, then
+#                                                    those binaries side by side
 #                                                    (scripts/pack_ab.sh NAME packs this tree's)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -94,6 +95,14 @@ step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) 
     [ -n "$f" ] || { echo "sass: no kernel $k"; continue; }
     cuobjdump -sass -fun "$f" $p >"$OUT/sass-$k.txt" 2>&1
     echo "sass $k: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$OUT/sass-$k.txt") instructions, $(grep -c 'IMAD.U32' "$OUT/sass-$k.txt") IMAD.U32"
+  done
+}
+step_sassab() {  # the static instruction mix (scripts/sass_mix.py) of the MoE kernels in .carry/ab/*.xz (ABS)
+  for f in ${ABS:-$(ls .carry/ab/*.xz | xargs -n1 basename | sed 's/\.xz$//')}; do
+    [ -x /tmp/ab-$f ] || { xz -dc .carry/ab/$f.xz >/tmp/ab-$f && chmod +x /tmp/ab-$f; } || continue
+    echo "== sass $f"
+    cuobjdump -sass /tmp/ab-$f | python3 scripts/sass_mix.py \
+      --funcs "${SASS_FUNCS:-moe_gate_up_q8_kernelILi8|moe_down_q8_pair_kernelILi4ELi4}"
   done
 }
 step_test() {  # TESTS: the binaries (default all); TEST_PAR=1: test_cuda_ops_cuda beside the others
