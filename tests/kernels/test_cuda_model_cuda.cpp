@@ -437,25 +437,3 @@ TEST(CudaModel, PredictedExpertsChangeNothing) {
     }
   }
 }
-
-// Where decode attention lets the o projection launch
-// (MOETIER_CUDA_ATTN_TRIGGER) moves only when the o projection's blocks start:
-// the same tokens and bit-identical logits at each point, graphs and plain
-// steps, two prompts.
-TEST(CudaModel, AttentionTriggerPointsChangeNothing) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device (or a CPU-only build)";
-  const fs::path dir = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
-  const Tokenizer tok = Tokenizer::load(dir);
-  auto base = engine(dir, "cuda");
-  for (const char* trig : {"1", "2"}) {
-    EnvVar t("MOETIER_CUDA_ATTN_TRIGGER", trig);
-    auto moved = engine(dir, "cuda");
-    for (const char* graphs : {"1", "0"}) {
-      EnvVar g("MOETIER_GRAPHS", graphs);
-      for (const char* p : {"func (s *Server) Serve(l net.Listener) error {",
-                            "It is a truth universally acknowledged, that a single man"})
-        expect_identical_steps(*moved, *base, tok.encode(p),
-                               std::string("trigger ") + trig + ", graphs " + graphs + ", " + p);
-    }
-  }
-}

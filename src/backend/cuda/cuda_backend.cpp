@@ -184,11 +184,6 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // router (A/B; 2 gave the DeepSeek-shaped model 0.6% over 1 and 4, Qwen3 shapes no change).
   const std::string rr = choice("MOETIER_CUDA_ROUTER_ROWS", {"1", "2", "4"});
   cuda::set_router_rows(rr.empty() ? 0 : std::stoi(rr));  // 0: the default
-  // MOETIER_CUDA_ATTN_TRIGGER=0 (default) | 1 | 2: where decode attention lets
-  // the o projection launch: right after its wait, after its q rows, after
-  // its tiles (A/B)
-  const std::string at = choice("MOETIER_CUDA_ATTN_TRIGGER", {"0", "1", "2"});
-  cuda::set_attn_trigger(at.empty() ? 0 : std::stoi(at));
   // MOETIER_CUDA_ARGMAX_VALUES=32 (default) | 16 | 64: values per argmax thread
   // at the least; MOETIER_CUDA_ARGMAX_FENCE=0 (default) | 1: the decode graph's
   // argmax fences its host write at system scope (A/B; +0.4% for both

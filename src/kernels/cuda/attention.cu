@@ -483,15 +483,11 @@ __device__ void decode_prep(float* kc, int64_t pos, int64_t g, int hd, int64_t s
 // (decode_merge). HD: head_dim at compile time (128), or 0 (hd). G8 (HD 128,
 // HPW 1, 8 heads a group): attend_tile8 instead, each next tile read after the
 // current one (its registers kept free: two blocks fit a multiprocessor).
-// trig: where a block lets the next kernel (the o projection) launch: 0 right
-// after grid_wait, 1 once its q rows are in shared memory, 2 after its tiles
-// (MOETIER_CUDA_ATTN_TRIGGER, A/B: the o projection's weight loads then do not
-// queue ahead of this block's reads of q).
 template <int HPW, int HD, bool G8>
 __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no minimum)
     attn_decode_kernel(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                        int64_t heads, int64_t kvh, int64_t hd_rt, float scale, float* out,
-                       float* scratch, DecodePrep prep, unsigned* done, int trig) {
+                       float* scratch, DecodePrep prep, unsigned* done) {
   const unsigned long long t_start = trace_clock();  // (the trace build's start of the block)
   extern __shared__ float4 smem4[];
   const int hd = HD ? HD : int(hd_rt);
@@ -532,19 +528,17 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no mi
     }
   }
   const unsigned ts = grid_wait<5>(t_start);  // trace marks: q, prep, tiles, partials, merge
-  if (trig == 0) grid_launch_dependents();    // (a block that returns counts as having let it)
+  grid_launch_dependents();
   if (!live) return;
   for (int i = int(threadIdx.x); i < G * hd; i += int(blockDim.x)) qs[i] = q[g * G * hd + i];
   if (fused) {
     if (last) decode_new_kv(v, pos, g, hd, stride, pr, prep, cs + 3 * hd, ks, vs, ld);
     if (one_round) t.put(ks, vs, c0, nd4, ld, 0);  // (rows below pr: not the new ones)
     __syncthreads();  // cs, qs, the new k / v rows and the tile written
-    if (trig == 1) grid_launch_dependents();
     trace_mark(ts, 1);
     decode_prep(k, pos, g, hd, stride, G, last, pr, prep, cs, cs + 3 * hd, qs, ks, ld);
   } else {
     load_tile(k, v, pb, cnt0, stride, g * hd, nd4, ld, ks, vs);
-    if (trig == 1) grid_launch_dependents();
   }
   trace_mark(ts, 2);
   float m[HPW], l[HPW];
@@ -585,7 +579,6 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no mi
     }
   }
   if (G8) acc[0][0] = gather_acc8(acc8, reinterpret_cast<float4*>(ks));  // head warp's sums
-  if (trig == 2) grid_launch_dependents();
   trace_mark(ts, 3);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
@@ -617,8 +610,6 @@ int64_t decode_grid_splits(int64_t positions) {
   return tiles < kMaxSplitsD ? (tiles > 0 ? tiles : 1) : kMaxSplitsD;
 }
 
-int g_attn_trigger = 0;  // set_attn_trigger
-
 template <int HPW, int HD>
 void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const int64_t* d_pos,
                    int64_t S, int64_t heads, int64_t kvh, int64_t hd, float scale, float* out,
@@ -637,11 +628,9 @@ void launch_decode(const float* q, float* k, float* v, int64_t first_pos, const 
     cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   const dim3 grid{unsigned(kvh), unsigned(S)};
   launch(kern, grid, unsigned(32 * warps), smem, s, q, k, v, first_pos, d_pos, heads, kvh, hd,
-         scale, out, scratch, prep, done, g_attn_trigger);
+         scale, out, scratch, prep, done);
 }
 }  // namespace
-
-void set_attn_trigger(int where) { g_attn_trigger = where == 1 || where == 2 ? where : 0; }
 
 int64_t attention_scratch_floats(int64_t n_q, int64_t positions, int64_t heads, int64_t hd) {
   const int64_t s = splits_for(n_q, positions);

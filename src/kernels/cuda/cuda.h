@@ -281,10 +281,6 @@ void set_gemv_block_rows(int rows);
 // Rows per block of the fused router (router_topk): 1, 2 or 4 (A/B); anything else gives
 // the default, 2.
 void set_router_rows(int rows);
-// Where the decode attention kernel's blocks let the next kernel launch: 0
-// right after their grid_wait (the default), 1 once their q rows are in
-// shared memory, 2 after their tiles (A/B); anything else gives 0.
-void set_attn_trigger(int where);
 // Values per argmax thread at the least: 32 (the default: the 8192-entry
 // vocabulary in one block, which skips the count), 16 or 64 (A/B); anything
 // else gives 32.
