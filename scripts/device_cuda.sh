@@ -94,14 +94,19 @@ step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) 
     local f; f=$(cuobjdump -symbols $p 2>/dev/null | grep -o "_Z[A-Za-z0-9_]*$k[A-Za-z0-9_]*" | head -1)
     [ -n "$f" ] || { echo "sass: no kernel $k"; continue; }
     cuobjdump -sass -fun "$f" $p >"$OUT/sass-$k.txt" 2>&1
-    echo "sass $k: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$OUT/sass-$k.txt") instructions, $(grep -c 'IMAD.U32' "$OUT/sass-$k.txt") IMAD.U32"
+    cuobjdump -sass $p | python3 scripts/sass_mix.py --funcs "^$f\$" --ops IMAD.U32
+  done
+}
+ab_unpack() {  # .carry/ab/NAME.xz (ABS: the names, default all) -> /tmp/ab-NAME, always anew (a
+  # warm machine may hold an earlier call's); prints the paths
+  for f in ${ABS:-$(ls .carry/ab/*.xz | xargs -n1 basename | sed 's/\.xz$//')}; do
+    xz -dc .carry/ab/$f.xz >/tmp/ab-$f && chmod +x /tmp/ab-$f && echo /tmp/ab-$f
   done
 }
 step_sassab() {  # the static instruction mix (scripts/sass_mix.py) of the MoE kernels in .carry/ab/*.xz (ABS)
-  for f in ${ABS:-$(ls .carry/ab/*.xz | xargs -n1 basename | sed 's/\.xz$//')}; do
-    [ -x /tmp/ab-$f ] || { xz -dc .carry/ab/$f.xz >/tmp/ab-$f && chmod +x /tmp/ab-$f; } || continue
-    echo "== sass $f"
-    cuobjdump -sass /tmp/ab-$f | python3 scripts/sass_mix.py \
+  for b in $(ab_unpack); do
+    echo "== sass ${b#/tmp/ab-}"
+    cuobjdump -sass $b | python3 scripts/sass_mix.py \
       --funcs "${SASS_FUNCS:-moe_gate_up_q8_kernelILi8|moe_down_q8_pair_kernelILi4ELi4}"
   done
 }
@@ -510,9 +515,7 @@ ab_rounds() {  # BIN...: decode of each, interleaved, two rounds, on the DeepSee
 }
 step_abxz() {  # moetier binaries .carry/ab/*.xz (ABS: their names, default all) side by side
   local bins=()
-  for f in ${ABS:-$(ls .carry/ab/*.xz | xargs -n1 basename | sed 's/\.xz$//')}; do
-    xz -dc .carry/ab/$f.xz >/tmp/ab-$f && chmod +x /tmp/ab-$f && bins+=(/tmp/ab-$f)
-  done
+  mapfile -t bins < <(ab_unpack)
   ab_rounds "${bins[@]}"
 }
 step_abbin() {  # this build's decode against another moetier binary ($MB), side by side
