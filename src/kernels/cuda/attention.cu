@@ -559,7 +559,7 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no mi
     // the next tile in flight in registers (G8: read after this one, its registers kept free)
     if (p1 < pe && one_round && !G8) t.fetch(k, v, p1, cnt1, stride, g * hd, nd4, 0);
     __syncthreads();  // the tile (and qs) written
-    if (G8) {
+    if constexpr (G8) {
       attend_tile8(qs, ks, vs, ld, cnt, scale, ss8, ss8 + 8 * kTile, ss8 + 16 * kTile, m[0], l[0],
                    acc8);
     } else {
@@ -578,7 +578,8 @@ __global__ void __launch_bounds__(kMaxGroupWarps * 32, G8 ? 2 : 0)  // (0: no mi
         load_tile(k, v, p1, cnt1, stride, g * hd, nd4, ld, ks, vs);
     }
   }
-  if (G8) acc[0][0] = gather_acc8(acc8, reinterpret_cast<float4*>(ks));  // head warp's sums
+  if constexpr (G8)
+    acc[0][0] = gather_acc8(acc8, reinterpret_cast<float4*>(ks));  // head warp's sums
   trace_mark(ts, 3);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
