@@ -90,11 +90,13 @@ step_icache() {  # cold code fetch: a kernel's first run after other code, and a
 step_sass() {  # SASS of the probe's MoE kernels (SASS_KERNELS: name fragments) and their instruction counts
   local p=.carry/probe/moe_probe
   [ -x $p ] || p=/tmp/moe_probe
+  local all=/tmp/sass-all.txt  # the whole binary's SASS, once, for the counts
+  cuobjdump -sass $p >$all 2>/dev/null || { echo "sass: cuobjdump -sass $p failed"; return 1; }
   for k in ${SASS_KERNELS:-moe_gate_up_q8_kernelILi8ELb0E moe_gate_up_q8_kernelILi8ELb1E split_kernelILi4ELi3 split_kernelILi4ELi2}; do
     local f; f=$(cuobjdump -symbols $p 2>/dev/null | grep -o "_Z[A-Za-z0-9_]*$k[A-Za-z0-9_]*" | head -1)
     [ -n "$f" ] || { echo "sass: no kernel $k"; continue; }
     cuobjdump -sass -fun "$f" $p >"$OUT/sass-$k.txt" 2>&1
-    cuobjdump -sass $p | python3 scripts/sass_mix.py --funcs "^$f\$" --ops IMAD.U32
+    python3 scripts/sass_mix.py $all --funcs "^$f\$" --ops IMAD.U32
   done
 }
 ab_unpack() {  # .carry/ab/NAME.xz (ABS: the names, default all) -> /tmp/ab-NAME, always anew (a
