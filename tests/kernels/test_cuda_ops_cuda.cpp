@@ -25,6 +25,11 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cuda_fixture.h"
 #include "unit/numeric.h"
+#if MOETIER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda.h"
+#endif
 
 using namespace moetier;
 using namespace moetier::testing;
@@ -735,10 +740,14 @@ TEST(CudaOps, RoutedQ8MoeStreamMatchesCpu) {
   ActMode act("q8");
   const std::string timing = ::testing::TempDir() + "moetier_q8_stream_timing.txt";
   std::mt19937 rng(47);
+  bool supported = false;
   {
     EnvVar st("MOETIER_CUDA_MOE_STREAM", "1");
     EnvVar t("MOETIER_CUDA_TIMING", timing);
     BackendPair f;
+#if MOETIER_HAVE_CUDA
+    supported = cuda::moe_stream_supported();  // (the backend made device 0 current)
+#endif
     for (const RoutedCase& c :
          {RoutedCase{8, 6, 4096, 2048}, RoutedCase{9, 5, 2048, 2048}, RoutedCase{6, 4, 2048, 4096},
           RoutedCase{10, 10, 2048, 2048}, RoutedCase{4, 2, 8192, 2048},
@@ -747,7 +756,12 @@ TEST(CudaOps, RoutedQ8MoeStreamMatchesCpu) {
   }
   std::ifstream in(timing);
   const std::string ops((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(ops.find("resident experts (q8 stream)"), std::string::npos) << ops;
+  // Below sm_90 (the device, or a build for sm_80 JIT-compiled on an H100)
+  // the launcher refuses every shape and the separate kernels give the results.
+  if (supported)
+    EXPECT_NE(ops.find("resident experts (q8 stream)"), std::string::npos) << ops;
+  else
+    EXPECT_EQ(ops.find("resident experts (q8 stream)"), std::string::npos) << ops;
   EXPECT_NE(ops.find("resident experts (q8)\n"), std::string::npos) << ops;
 }
 

@@ -361,6 +361,10 @@ void set_moe_q8_kernels(const MoeQ8Kernels& k);
 // k x inter / 32 <= 640, every expert's six regions 16-byte aligned in device memory, on sm_90+
 // with room for one block an SM; false (nothing launched) elsewhere.
 bool moe_stream_applies(int k, int64_t hidden, int64_t inter);
+// Whether the current device runs moe_stream_q8 at all (sm_90+ in both the
+// device and the kernel's compiled code, one block an SM): where not, it
+// returns false for every shape.
+bool moe_stream_supported();
 bool moe_stream_q8(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                    const void* xq, const float* xd, int64_t hidden, int64_t inter, void* hq,
                    float* hd, float* out, bool accumulate, unsigned* counters, cudaStream_t s);

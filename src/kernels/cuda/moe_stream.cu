@@ -403,9 +403,11 @@ Kernel kernel_for(int nb) {
                      : moe_stream_q8_kernel<256>;
 }
 
-// The current device's SM count where it is sm_90+ and one block of every
-// kernel fits an SM at kSmemMax of shared memory (so at any launch's, which
-// takes less), else 0 (checked once per device, not on every launch).
+// The current device's SM count where it is sm_90+, the kernels were compiled
+// for sm_90+ (ptxVersion: a build for sm_80 JIT-compiled on an H100 has only
+// the trap), and one block of every kernel fits an SM at kSmemMax of shared
+// memory (so at any launch's, which takes less), else 0 (checked once per
+// device, not on every launch).
 int stream_sms() {
   return per_device_once([](int dev) {
     int major = 0;
@@ -415,7 +417,8 @@ int stream_sms() {
         n > 0 && major >= 9;
     for (int nb : {64, 128, 256}) {
       int per_sm = 0;
-      ok = ok &&
+      cudaFuncAttributes fa{};
+      ok = ok && cudaFuncGetAttributes(&fa, kernel_for(nb)) == cudaSuccess && fa.ptxVersion >= 90 &&
            cudaFuncSetAttribute(kernel_for(nb), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 int(kSmemMax)) == cudaSuccess &&
            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(nb), kThreads,
@@ -433,6 +436,8 @@ bool moe_stream_applies(int k, int64_t hidden, int64_t inter) {
   return hidden % 32 == 0 && inter % 32 == 0 && pow2_in(hidden / 32, 64, 256) &&
          pow2_in(inter / 32, 64, 256) && k >= 1 && k <= 32 && k * (inter / 32) <= kMaxH;
 }
+
+bool moe_stream_supported() { return stream_sms() > 0; }
 
 bool moe_stream_q8(const ExpertPtrs* table, const int32_t* ids, const float* weights, int k,
                    const void* xq, const float* xd, int64_t hidden, int64_t inter, void* hq,
