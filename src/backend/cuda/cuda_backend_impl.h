@@ -153,6 +153,8 @@ class CudaBackend final : public Backend {
   std::optional<PredictionCounts> expert_predictions() override;
 
  private:
+  void read_switches();         // the environment's switches (cuda_switches.cpp)
+  void read_output_switches();  // MOETIER_CUDA_TIMING, MOETIER_CUDA_TRACE
   // First member: destroyed last, after every buffer the backend owns is freed.
   DeviceMemoryCounter memory_;  // alloc()'s buffers
   void after(const char* what) {
