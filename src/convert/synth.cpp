@@ -50,11 +50,12 @@ float normal(uint64_t s, uint64_t i) {
 }
 
 // One tensor's bytes, generated on demand.
+using Fill = std::function<void(std::byte*, int64_t /*elements or bytes*/)>;
 struct Planned {
   std::string name;
   DType dtype = DType::BF16;
   std::vector<int64_t> shape;
-  std::function<void(std::byte*, int64_t /*elements or bytes*/)> fill;
+  Fill fill;
   uint64_t align = 0;
   int64_t count() const {
     int64_t n = 1;
@@ -102,6 +103,57 @@ std::vector<float> unit_vector(uint64_t s, int64_t n) {
   return v;
 }
 
+// Popularity scores of the E experts of `layer`: quantiles of N(0, 1),
+// shuffled per layer.
+std::vector<double> popularity(int64_t E, uint64_t seed, int64_t layer) {
+  std::vector<double> quant(static_cast<size_t>(E));
+  for (size_t e = 0; e < quant.size(); ++e) {
+    const double u = (double(e) + 0.5) / double(quant.size());
+    // inverse normal CDF by bisection on erf (precise enough here)
+    double lo = -8, hi = 8;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = (lo + hi) / 2;
+      (0.5 * (1 + std::erf(mid / std::sqrt(2.0))) < u ? lo : hi) = mid;
+    }
+    quant[e] = (lo + hi) / 2;
+  }
+  std::mt19937_64 rng(mix(seed ^ uint64_t(layer)));
+  std::shuffle(quant.begin(), quant.end(), rng);
+  return quant;
+}
+
+// The router of `layer`, row e: tau q_e / (kA sqrt(H)) along m, plus r_e / kB
+// (r_e unit, random, orthogonal to m), q_e its popularity score. s: the seed.
+Fill router_fill(const Context& c, uint64_t s, int64_t layer) {
+  const int64_t H = c.spec.hidden_size;
+  const double tau = c.tau;
+  return [&c, s, H, quant = popularity(c.spec.num_experts, c.opt.seed, layer), tau](std::byte* o,
+                                                                                    int64_t n) {
+    // The random parts are made orthogonal to m: their projection on m
+    // would otherwise add a fixed per-expert offset (std ~ 1 / 0.6).
+    const int64_t E = n / H;
+    std::vector<double> rm(static_cast<size_t>(E)),
+        rn(static_cast<size_t>(E));  // r.m, |r - (r.m) m|
+    global_pool().parallel_for(E, 1, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) {
+        double dot = 0, ss = 0;
+        for (int64_t i = 0; i < H; ++i) {
+          const double v = normal(s, uint64_t(e * H + i));
+          dot += v * c.m[size_t(i)];
+          ss += v * v;
+        }
+        rm[size_t(e)] = dot;
+        rn[size_t(e)] = std::sqrt(ss - dot * dot);
+      }
+    });
+    fill_bf16(o, n, [&](int64_t i) {
+      const int64_t e = i / H, d = i % H;
+      const double r = (normal(s, uint64_t(i)) - rm[size_t(e)] * c.m[size_t(d)]) / rn[size_t(e)];
+      return float(tau * quant[size_t(e)] / (kA * std::sqrt(double(H))) * c.m[size_t(d)] + r / kB);
+    });
+  };
+}
+
 // The generator of a core tensor, by role.
 Planned core_tensor(const Context& c, const TensorSpec& t, int64_t layer) {
   Planned p{t.name, DType::BF16, t.shape, nullptr, 0};
@@ -122,51 +174,9 @@ Planned core_tensor(const Context& c, const TensorSpec& t, int64_t layer) {
       };
       break;
     }
-    case TensorRole::Router: {
-      // Row e: tau q_e / (kA sqrt(H)) along m, plus r_e / kB (r_e unit, random).
-      // Popularity scores: quantiles of N(0, 1), shuffled per layer.
-      std::vector<double> quant(size_t(c.spec.num_experts));
-      for (size_t e = 0; e < quant.size(); ++e) {
-        const double u = (double(e) + 0.5) / double(quant.size());
-        // inverse normal CDF by bisection on erf (precise enough here)
-        double lo = -8, hi = 8;
-        for (int it = 0; it < 60; ++it) {
-          const double mid = (lo + hi) / 2;
-          (0.5 * (1 + std::erf(mid / std::sqrt(2.0))) < u ? lo : hi) = mid;
-        }
-        quant[e] = (lo + hi) / 2;
-      }
-      std::mt19937_64 rng(mix(c.opt.seed ^ uint64_t(layer)));
-      std::shuffle(quant.begin(), quant.end(), rng);
-      const double tau = c.tau;
-      p.fill = [&c, s, H, quant, tau](std::byte* o, int64_t n) {
-        // The random parts are made orthogonal to m: their projection on m
-        // would otherwise add a fixed per-expert offset (std ~ 1 / 0.6).
-        const int64_t E = n / H;
-        std::vector<double> rm(static_cast<size_t>(E)),
-            rn(static_cast<size_t>(E));  // r.m, |r - (r.m) m|
-        global_pool().parallel_for(E, 1, [&](int64_t e0, int64_t e1) {
-          for (int64_t e = e0; e < e1; ++e) {
-            double dot = 0, ss = 0;
-            for (int64_t i = 0; i < H; ++i) {
-              const double v = normal(s, uint64_t(e * H + i));
-              dot += v * c.m[size_t(i)];
-              ss += v * v;
-            }
-            rm[size_t(e)] = dot;
-            rn[size_t(e)] = std::sqrt(ss - dot * dot);
-          }
-        });
-        fill_bf16(o, n, [&](int64_t i) {
-          const int64_t e = i / H, d = i % H;
-          const double r =
-              (normal(s, uint64_t(i)) - rm[size_t(e)] * c.m[size_t(d)]) / rn[size_t(e)];
-          return float(tau * quant[size_t(e)] / (kA * std::sqrt(double(H))) * c.m[size_t(d)] +
-                       r / kB);
-        });
-      };
+    case TensorRole::Router:
+      p.fill = router_fill(c, s, layer);
       break;
-    }
     default: {
       const float k = t.role == TensorRole::ResidualWrite ? sd / 100 : sd;
       p.fill = [s, k](std::byte* o, int64_t n) {
