@@ -69,23 +69,12 @@ void CudaBackend::expert_batch(const ExpertBatch& b) {
   }
 }
 
-// The ExpertLaunch arrays of experts [i0, i1), packed in one upload:
-// [ExpertPtrs m][pair_offsets m+1][pair_token P][token_offsets T+1]
-// [token_pairs P][pair_expert P][token_rows T][pair_weight P].
-void CudaBackend::experts_gemv(const ExpertBatch& b, size_t i0, size_t i1) {
+// The index arrays of the pairs of experts [i0, i1) (m experts, P pairs, T
+// distinct tokens), packed as experts_gemv uploads them: [pair_offsets m+1]
+// [pair_token P][token_offsets T+1][token_pairs P][pair_expert P][token_rows T].
+static std::vector<int32_t> pair_index(const ExpertBatch& b, size_t i0, size_t i1, int32_t& T) {
   const int32_t m = int32_t(i1 - i0);
   const int64_t p0 = b.offsets[i0], pairs = b.offsets[i1] - p0;
-  std::vector<cuda::ExpertPtrs> ptrs;
-  bool vec = true;
-  int32_t max_pairs = 0;
-  for (size_t e = i0; e < i1; ++e) {
-    const ExpertView& v = b.experts[e];
-    check(uniform(v) && v.gate.enc == b.experts[i0].gate.enc,
-          "cuda experts: one encoding per expert batch");
-    ptrs.push_back(ptrs_of(v));
-    vec = vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
-    max_pairs = std::max<int32_t>(max_pairs, int32_t(b.offsets[e + 1] - b.offsets[e]));
-  }
   std::vector<int32_t> rows;  // distinct tokens, ascending
   std::vector<int32_t> slot(size_t(b.n), -1);
   for (int64_t p = 0; p < pairs; ++p) {
@@ -94,7 +83,7 @@ void CudaBackend::experts_gemv(const ExpertBatch& b, size_t i0, size_t i1) {
   }
   std::sort(rows.begin(), rows.end());
   for (size_t r = 0; r < rows.size(); ++r) slot[size_t(rows[r])] = int32_t(r);
-  const int32_t T = int32_t(rows.size());
+  T = int32_t(rows.size());
   std::vector<int32_t> ints(size_t(m + 1 + pairs + T + 1 + 2 * pairs + T));
   int32_t* pair_offsets = ints.data();
   int32_t* pair_token = pair_offsets + m + 1;
@@ -115,6 +104,28 @@ void CudaBackend::experts_gemv(const ExpertBatch& b, size_t i0, size_t i1) {
   for (int32_t p = 0; p < pairs; ++p)  // pairs ascend by expert: so do each token's
     token_pairs[count[size_t(slot[size_t(pair_token[p])])]++] = p;
   std::copy(rows.begin(), rows.end(), token_rows);
+  return ints;
+}
+
+// The ExpertLaunch arrays of experts [i0, i1), packed in one upload:
+// [ExpertPtrs m][pair_offsets m+1][pair_token P][token_offsets T+1]
+// [token_pairs P][pair_expert P][token_rows T][pair_weight P].
+void CudaBackend::experts_gemv(const ExpertBatch& b, size_t i0, size_t i1) {
+  const int32_t m = int32_t(i1 - i0);
+  const int64_t p0 = b.offsets[i0], pairs = b.offsets[i1] - p0;
+  std::vector<cuda::ExpertPtrs> ptrs;
+  bool vec = true;
+  int32_t max_pairs = 0;
+  for (size_t e = i0; e < i1; ++e) {
+    const ExpertView& v = b.experts[e];
+    check(uniform(v) && v.gate.enc == b.experts[i0].gate.enc,
+          "cuda experts: one encoding per expert batch");
+    ptrs.push_back(ptrs_of(v));
+    vec = vec && aligned16(v.gate.data) && aligned16(v.up.data) && aligned16(v.down.data);
+    max_pairs = std::max<int32_t>(max_pairs, int32_t(b.offsets[e + 1] - b.offsets[e]));
+  }
+  int32_t T = 0;  // distinct tokens
+  const std::vector<int32_t> ints = pair_index(b, i0, i1, T);
   std::vector<float> w(b.weights.begin() + p0, b.weights.begin() + p0 + pairs);
 
   const cuda::ExpertPtrs* dptr = upload_array(arrays_, ptrs);
