@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -300,6 +301,22 @@ void copy_tokenizer(const SynthOptions& o, const ModelSpec& s, const fs::path& d
     if (fs::exists(src / f)) fs::copy_file(src / f, dir / f);
 }
 
+// SynthOptions::set on the preset's config: each KEY an integer field of it,
+// each VALUE a positive integer (one-line error naming the --set otherwise).
+void apply_sets(const SynthOptions& o, nlohmann::json& config) {
+  for (const std::string& kv : o.set) {
+    const size_t eq = kv.find('=');
+    const std::string key = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    check(eq != std::string::npos && !key.empty(), "--set {}: expected KEY=VALUE", kv);
+    check(config.contains(key) && config[key].is_number_integer(),
+          "--set {}: '{}' is not an integer field of preset '{}'", kv, key, o.preset);
+    char* end = nullptr;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    check(!v.empty() && *end == '\0' && n > 0, "--set {}: '{}' is not a positive integer", kv, v);
+    config[key] = n;
+  }
+}
+
 }  // namespace
 
 SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
@@ -314,10 +331,16 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
   check(opt.experts == "mxfp4" || opt.experts == "bf16", "--experts: '{}' (mxfp4 or bf16)",
         opt.experts);
   if (opt.layers > 0) config["num_hidden_layers"] = opt.layers;
+  apply_sets(opt, config);
   std::vector<std::string> problems;
   Context c{opt, arch->parse(config, "config.json", problems), arch->names(), {}, 0};
   check(problems.empty(), "synth: preset '{}': {}", opt.preset,
         problems.empty() ? "" : problems[0]);
+  check(opt.experts != "mxfp4" ||
+            (c.spec.hidden_size % 32 == 0 && c.spec.expert_intermediate % 32 == 0),
+        "synth: preset '{}': hidden_size {} and moe_intermediate_size {} must be multiples of 32 "
+        "for MXFP4 experts",
+        opt.preset, c.spec.hidden_size, c.spec.expert_intermediate);
   c.m = unit_vector(seed_of(opt.seed, "m"), c.spec.hidden_size);
   c.tau = calibrate_tau(opt, c.spec);
   SynthReport rep;

@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace moetier {
 
@@ -35,6 +36,9 @@ struct SynthOptions {
   uint64_t seed = 1;
   double hot_share = 0.26, hot_calls = 0.74;
   std::filesystem::path tokenizer;  // a directory with tokenizer.json (+ _config)
+  // KEY=VALUE: the preset's integer config.json field KEY set to VALUE (> 0)
+  // before the checkpoint is planned (e.g. num_experts=384), in order
+  std::vector<std::string> set;
   std::function<void(const std::string&)> log;
 };
 

@@ -1,4 +1,5 @@
-// moetier synth --preset NAME [--experts mxfp4|bf16] [--layers N] --tokenizer DIR -o OUT
+// moetier synth --preset NAME [--experts mxfp4|bf16] [--layers N] [--set KEY=VALUE]...
+//   --tokenizer DIR -o OUT
 // Writes a checkpoint with a real model's shapes and random weights whose
 // router has a realistic skew (convert/synth.h), for benchmarks.
 #include <chrono>
@@ -40,6 +41,9 @@ const Registrar kRegister([](CLI::App& app) {
   cmd->add_option("--experts", a->opt.experts, "Expert encoding: mxfp4 (default) or bf16");
   cmd->add_option("--layers", a->opt.layers, "Layers (default: the preset's)");
   cmd->add_option("--seed", a->opt.seed, "Random seed (default 1)");
+  cmd->add_option("--set", a->opt.set,
+                  "KEY=VALUE: an integer config.json field of the preset (e.g. num_experts=384); "
+                  "repeatable");
   cmd->add_option("--hot-share", a->opt.hot_share, "Share of experts that is hot (default 0.26)");
   cmd->add_option("--hot-calls", a->opt.hot_calls,
                   "Share of routed calls the hot experts take (default 0.74)");
