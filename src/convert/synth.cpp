@@ -330,6 +330,11 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
   check(arch != nullptr, "--preset: '{}' is not a preset (presets: {})", opt.preset, known);
   check(opt.experts == "mxfp4" || opt.experts == "bf16", "--experts: '{}' (mxfp4 or bf16)",
         opt.experts);
+  check(opt.hot_share > 0 && opt.hot_share < 1, "--hot-share: {} (expected between 0 and 1)",
+        opt.hot_share);
+  check(opt.hot_calls > opt.hot_share && opt.hot_calls < 1,
+        "--hot-calls: {} (expected above --hot-share {} and below 1)", opt.hot_calls,
+        opt.hot_share);
   if (opt.layers > 0) config["num_hidden_layers"] = opt.layers;
   apply_sets(opt, config);
   std::vector<std::string> problems;

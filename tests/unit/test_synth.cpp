@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_runner.h"
@@ -110,6 +111,22 @@ TEST(Synth, ShapesMxfp4CannotHoldAreRefused) {
   const auto ok = run_cli("synth " + synth_args(t / "y", "--experts bf16 --set hidden_size=112"));
   EXPECT_EQ(ok.rc, 0) << ok.err;
   EXPECT_EQ(run_cli("check " + quote((t / "y").string())).rc, 0);
+}
+
+TEST(Synth, SkewOutsideItsRangeIsRefused) {
+  TempDir t;
+  const std::pair<const char*, const char*> cases[] = {
+      {"--hot-share 2", "--hot-share: 2"},
+      {"--hot-share 0", "--hot-share: 0"},
+      {"--hot-calls 1", "--hot-calls: 1"},
+      {"--hot-calls 0.2", "--hot-calls: 0.2"},
+      {"--hot-share 0.5 --hot-calls 0.4", "--hot-calls: 0.4"}};
+  for (const auto& [bad, msg] : cases) {
+    const auto r = run_cli("synth " + synth_args(t / "x", bad));
+    EXPECT_EQ(r.rc, 1) << bad;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(t / "x")) << bad;
+  }
 }
 
 TEST(Synth, BadSetIsAOneLineError) {
