@@ -335,6 +335,7 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
   check(opt.hot_calls > opt.hot_share && opt.hot_calls < 1,
         "--hot-calls: {} (expected above --hot-share {} and below 1)", opt.hot_calls,
         opt.hot_share);
+  check(opt.layers >= 0, "--layers: {} (expected a positive count)", opt.layers);
   if (opt.layers > 0) config["num_hidden_layers"] = opt.layers;
   apply_sets(opt, config);
   std::vector<std::string> problems;

@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "convert/synth.h"
+#include "core/error.h"
 #include "core/units.h"
 #include "tools/command.h"
 
@@ -17,10 +19,15 @@ namespace {
 struct SynthArgs {
   SynthOptions opt;
   std::string out, tokenizer;
+  std::optional<int64_t> layers;
 };
 
 void run_synth(SynthArgs a) {
   a.opt.tokenizer = a.tokenizer;
+  if (a.layers) {  // (0 would mean the preset's: dozens of layers, hundreds of GB)
+    check(*a.layers > 0, "--layers: {} (expected a positive count)", *a.layers);
+    a.opt.layers = *a.layers;
+  }
   a.opt.log = [](const std::string& l) { std::fprintf(stderr, "moetier: %s\n", l.c_str()); };
   const auto t0 = std::chrono::steady_clock::now();
   const SynthReport r = write_synthetic(a.out, a.opt);
@@ -39,7 +46,7 @@ const Registrar kRegister([](CLI::App& app) {
   cmd->add_option("--preset", a->opt.preset, "Shapes: qwen3-30b-a3b, deepseek-v4-flash-experts")
       ->required();
   cmd->add_option("--experts", a->opt.experts, "Expert encoding: mxfp4 (default) or bf16");
-  cmd->add_option("--layers", a->opt.layers, "Layers (default: the preset's)");
+  cmd->add_option("--layers", a->layers, "Layers (default: the preset's)");
   cmd->add_option("--seed", a->opt.seed, "Random seed (default 1)");
   cmd->add_option("--set", a->opt.set,
                   "KEY=VALUE: an integer config.json field of the preset (e.g. num_experts=384); "

@@ -26,14 +26,16 @@ using moetier::testutil::slurp;
 
 namespace {
 
-// DeepSeek-V4-Flash's expert layout (top-6) at hidden 256, 64 experts of 64.
+// DeepSeek-V4-Flash's expert layout (top-6) at hidden 256, 64 experts of 64,
+// 2 layers unless extra names --layers.
 const char* kSmall =
     "--preset deepseek-v4-flash-experts --set hidden_size=256 --set moe_intermediate_size=64 "
-    "--set intermediate_size=64 --set num_experts=64 --layers 2";
+    "--set intermediate_size=64 --set num_experts=64";
 
 std::string synth_args(const fs::path& out, const std::string& extra = "") {
   const fs::path tok = fs::path(MOETIER_SOURCE_DIR) / "models/moetier-tiny";
-  return std::string(kSmall) + " " + extra + " --tokenizer " + quote(tok.string()) + " -o " +
+  const std::string layers = extra.find("--layers") == std::string::npos ? " --layers 2 " : " ";
+  return std::string(kSmall) + layers + extra + " --tokenizer " + quote(tok.string()) + " -o " +
          quote(out.string());
 }
 
@@ -113,14 +115,16 @@ TEST(Synth, ShapesMxfp4CannotHoldAreRefused) {
   EXPECT_EQ(run_cli("check " + quote((t / "y").string())).rc, 0);
 }
 
-TEST(Synth, SkewOutsideItsRangeIsRefused) {
+TEST(Synth, SkewOrLayersOutsideTheirRangeAreRefused) {
   TempDir t;
   const std::pair<const char*, const char*> cases[] = {
       {"--hot-share 2", "--hot-share: 2"},
       {"--hot-share 0", "--hot-share: 0"},
       {"--hot-calls 1", "--hot-calls: 1"},
       {"--hot-calls 0.2", "--hot-calls: 0.2"},
-      {"--hot-share 0.5 --hot-calls 0.4", "--hot-calls: 0.4"}};
+      {"--hot-share 0.5 --hot-calls 0.4", "--hot-calls: 0.4"},
+      {"--layers 0", "--layers"},  // (it once wrote all 43 layers of the preset)
+      {"--layers -3", "--layers"}};
   for (const auto& [bad, msg] : cases) {
     const auto r = run_cli("synth " + synth_args(t / "x", bad));
     EXPECT_EQ(r.rc, 1) << bad;
