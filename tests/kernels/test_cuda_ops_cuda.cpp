@@ -747,13 +747,6 @@ TEST(CudaOps, RoutedQ8MoeStreamMatchesCpu) {
     BackendPair f;
 #if MOETIER_HAVE_CUDA
     supported = cuda::moe_stream_supported();  // (the backend made device 0 current)
-    cudaDeviceProp p{};
-    ASSERT_EQ(cudaGetDeviceProperties(&p, 0), cudaSuccess);
-    // A build of sm_90+ code alone on a Hopper GPU (227 KB of shared memory a
-    // block) runs the stream kernel; elsewhere its shared memory may not fit.
-    if (MOETIER_CUDA_MIN_ARCH >= 90 && p.major == 9) {
-      EXPECT_TRUE(supported);
-    }
 #endif
     for (const RoutedCase& c :
          {RoutedCase{8, 6, 4096, 2048}, RoutedCase{9, 5, 2048, 2048}, RoutedCase{6, 4, 2048, 4096},
