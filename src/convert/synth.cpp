@@ -319,12 +319,12 @@ void apply_sets(const SynthOptions& o, nlohmann::json& config) {
   }
 }
 
-}  // namespace
-
-SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
-  const Architecture* arch = nullptr;
+// The preset's config.json with --layers and --set applied, after checking
+// the options; its architecture in arch.
+nlohmann::json preset_config(const SynthOptions& opt, const Architecture*& arch) {
   nlohmann::json config;
   std::string known;
+  arch = nullptr;
   for (const Architecture* a : architectures()) {
     for (std::string_view p : a->presets()) known += (known.empty() ? "" : ", ") + std::string(p);
     if (config.is_null() && !(config = a->preset(opt.preset)).is_null()) arch = a;
@@ -340,24 +340,13 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
   check(opt.layers >= 0, "--layers: {} (expected a positive count)", opt.layers);
   if (opt.layers > 0) config["num_hidden_layers"] = opt.layers;
   apply_sets(opt, config);
-  std::vector<std::string> problems;
-  Context c{opt, arch->parse(config, "config.json", problems), arch->names(), {}, 0};
-  check(problems.empty(), "synth: preset '{}': {}", opt.preset,
-        problems.empty() ? "" : problems[0]);
-  check(opt.experts != "mxfp4" ||
-            (c.spec.hidden_size % 32 == 0 && c.spec.expert_intermediate % 32 == 0),
-        "synth: preset '{}': hidden_size {} and moe_intermediate_size {} must be multiples of 32 "
-        "for MXFP4 experts",
-        opt.preset, c.spec.hidden_size, c.spec.expert_intermediate);
-  c.m = unit_vector(seed_of(opt.seed, "m"), c.spec.hidden_size);
-  c.tau = calibrate_tau(opt, c.spec);
-  SynthReport rep;
-  rep.tau = c.tau;
-  rep.hot_calls = hot_call_share(c.tau, c.spec.num_experts, c.spec.experts_per_token, opt.hot_share,
-                                 20000, opt.seed + 7);
-  AtomicDir dir(out);
-  copy_tokenizer(opt, c.spec, dir.path());
-  const std::vector<Planned> all = plan(c, config);
+  return config;
+}
+
+// The planned tensors in file order as shards of at most kShardBytes (and at
+// least one tensor each) in dir, with their index; adds to rep's bytes and shards.
+void write_shards(const fs::path& dir, const std::vector<Planned>& all, const SynthOptions& opt,
+                  SynthReport& rep) {
   std::vector<std::vector<size_t>> shards(1);
   uint64_t in_shard = 0;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -379,13 +368,38 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
       tensors.push_back({p.name, p.dtype, p.shape, bytes.back(), p.align});
       weight_map[p.name] = file;
     }
-    rep.bytes += write_safetensors(dir.path() / file, tensors, {4096, {}});
+    rep.bytes += write_safetensors(dir / file, tensors, {4096, {}});
     if (opt.log)
       opt.log(
           fmt::format("synth: {} ({} tensors, {})", file, tensors.size(), format_bytes(rep.bytes)));
   }
   rep.shards = int64_t(shards.size());
-  write_safetensors_index(dir.path() / "model.safetensors.index.json", weight_map, rep.bytes);
+  write_safetensors_index(dir / "model.safetensors.index.json", weight_map, rep.bytes);
+}
+
+}  // namespace
+
+SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
+  const Architecture* arch = nullptr;
+  nlohmann::json config = preset_config(opt, arch);
+  std::vector<std::string> problems;
+  Context c{opt, arch->parse(config, "config.json", problems), arch->names(), {}, 0};
+  check(problems.empty(), "synth: preset '{}': {}", opt.preset,
+        problems.empty() ? "" : problems[0]);
+  check(opt.experts != "mxfp4" ||
+            (c.spec.hidden_size % 32 == 0 && c.spec.expert_intermediate % 32 == 0),
+        "synth: preset '{}': hidden_size {} and moe_intermediate_size {} must be multiples of 32 "
+        "for MXFP4 experts",
+        opt.preset, c.spec.hidden_size, c.spec.expert_intermediate);
+  c.m = unit_vector(seed_of(opt.seed, "m"), c.spec.hidden_size);
+  c.tau = calibrate_tau(opt, c.spec);
+  SynthReport rep;
+  rep.tau = c.tau;
+  rep.hot_calls = hot_call_share(c.tau, c.spec.num_experts, c.spec.experts_per_token, opt.hot_share,
+                                 20000, opt.seed + 7);
+  AtomicDir dir(out);
+  copy_tokenizer(opt, c.spec, dir.path());
+  write_shards(dir.path(), plan(c, config), opt, rep);
   config["moetier"] = {{"synthetic",
                         {{"preset", opt.preset},
                          {"seed", opt.seed},
