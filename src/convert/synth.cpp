@@ -391,13 +391,13 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
         "synth: preset '{}': hidden_size {} and moe_intermediate_size {} must be multiples of 32 "
         "for MXFP4 experts",
         opt.preset, c.spec.hidden_size, c.spec.expert_intermediate);
+  AtomicDir dir(out);  // (an OUT that exists is refused before the work)
   c.m = unit_vector(seed_of(opt.seed, "m"), c.spec.hidden_size);
   c.tau = calibrate_tau(opt, c.spec);
   SynthReport rep;
   rep.tau = c.tau;
   rep.hot_calls = hot_call_share(c.tau, c.spec.num_experts, c.spec.experts_per_token, opt.hot_share,
                                  20000, opt.seed + 7);
-  AtomicDir dir(out);
   copy_tokenizer(opt, c.spec, dir.path());
   write_shards(dir.path(), plan(c, config), opt, rep);
   config["moetier"] = {{"synthetic",

@@ -81,8 +81,12 @@ void AtomicFile::commit() {
 }
 
 AtomicDir::AtomicDir(std::filesystem::path final_path) : final_(std::move(final_path)) {
+  std::error_code ec;  // refused now, not after the work (commit checks again)
+  check(!std::filesystem::exists(final_, ec), "{}: already exists", final_.string());
   std::string templ = final_.string() + ".tmp-XXXXXX";
-  check(::mkdtemp(templ.data()) != nullptr, "{}: cannot create: {}", templ, std::strerror(errno));
+  const bool made = ::mkdtemp(templ.data()) != nullptr;
+  const int err = errno;  // (before the arguments below are evaluated)
+  check(made, "{}: cannot create: {}", templ, std::strerror(err));
   tmp_ = templ;
 }
 
@@ -97,8 +101,10 @@ void AtomicDir::commit() {
   std::error_code ec;
   check(!std::filesystem::exists(final_, ec), "{}: already exists", final_.string());
   fsync_dir(tmp_);
-  check(::rename(tmp_.c_str(), final_.c_str()) == 0, "{}: cannot rename from {}: {}",
-        final_.string(), tmp_.string(), std::strerror(errno));
+  const bool renamed = ::rename(tmp_.c_str(), final_.c_str()) == 0;
+  const int err = errno;
+  check(renamed, "{}: cannot rename from {}: {}", final_.string(), tmp_.string(),
+        std::strerror(err));
   committed_ = true;
   fsync_dir(final_.parent_path());
 }

@@ -18,8 +18,9 @@ std::unique_ptr<DirectFile> DirectFile::open(const std::filesystem::path& path, 
   f->buffered_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   check(f->buffered_fd_ >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
   struct stat st {};
-  check(::fstat(f->buffered_fd_, &st) == 0, "{}: cannot stat: {}", path.string(),
-        std::strerror(errno));
+  const bool stated = ::fstat(f->buffered_fd_, &st) == 0;
+  const int err = errno;  // (before the arguments below are evaluated)
+  check(stated, "{}: cannot stat: {}", path.string(), std::strerror(err));
   check(S_ISREG(st.st_mode), "{}: not a regular file", path.string());
   f->size_ = uint64_t(st.st_size);
   if (!direct) return f;

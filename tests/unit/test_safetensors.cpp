@@ -3,8 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -282,8 +286,23 @@ TEST(Safetensors, AtomicDirRemovedUnlessCommitted) {
     d.commit();
   }
   EXPECT_EQ(read_file(tmp / "ck" / "f.txt"), "hello");
-  AtomicDir again(tmp / "ck");
-  EXPECT_THROW(again.commit(), Error);  // DIR exists already
+  // DIR exists already: refused at once, before any work goes into the temporary one
+  try {
+    AtomicDir again(tmp / "ck");
+    ADD_FAILURE() << "an existing directory was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+  }
+  std::vector<fs::path> left;
+  for (const auto& de : fs::directory_iterator(tmp.path())) left.push_back(de.path().filename());
+  EXPECT_EQ(left, std::vector<fs::path>{"ck"});  // no temporary directory left
+  // A parent that does not exist: the cause, not "Success" (errno read after mkdtemp)
+  try {
+    AtomicDir missing(tmp / "no" / "such" / "ck");
+    ADD_FAILURE() << "a directory under a missing parent was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::strerror(ENOENT)), std::string::npos) << e.what();
+  }
 }
 
 // --- Checkpoint directories ---

@@ -137,6 +137,20 @@ TEST(Synth, SkewOrLayersOutsideTheirRangeAreRefused) {
   }
 }
 
+TEST(Synth, AnOutputThatExistsIsRefusedAndKept) {
+  TempDir t;
+  fs::create_directories(t / "o");
+  moetier::testing::write_file(t / "o" / "keep.txt", "mine");
+  const auto r = run_cli("synth " + synth_args(t / "o"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("safetensors"), std::string::npos) << r.err;  // refused before the shards
+  EXPECT_EQ(slurp(t / "o" / "keep.txt"), "mine");
+  std::vector<fs::path> left;
+  for (const auto& de : fs::directory_iterator(t.path())) left.push_back(de.path().filename());
+  EXPECT_EQ(left, std::vector<fs::path>{"o"});
+}
+
 TEST(Synth, BadSetIsAOneLineError) {
   TempDir t;
   for (const char* bad : {"hidden_size", "=4", "hidden_size=0", "hidden_size=x", "head=3",
