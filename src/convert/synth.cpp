@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint64_t kShardBytes = 4ull << 30;
+constexpr int64_t kMaxLayers = 1024;  // --layers, num_hidden_layers
 constexpr double kA = 0.8, kB = 0.6;  // embedding = kA m + kB n_t
 
 uint64_t mix(uint64_t x) {  // splitmix64
@@ -312,10 +314,13 @@ void apply_sets(const SynthOptions& o, nlohmann::json& config) {
     check(eq != std::string::npos && !key.empty(), "--set {}: expected KEY=VALUE", kv);
     check(config.contains(key) && config[key].is_number_integer(),
           "--set {}: '{}' is not an integer field of preset '{}'", kv, key, o.preset);
-    char* end = nullptr;
-    const long long n = std::strtoll(v.c_str(), &end, 10);
-    check(!v.empty() && *end == '\0' && n > 0, "--set {}: '{}' is not a positive integer", kv, v);
-    config[key] = n;
+    check(key != "num_hidden_layers" || o.layers == 0,
+          "--set {}: --layers {} sets it too (give one of them)", kv, o.layers);
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    check(!v.empty() && v[0] != '-' && ec == std::errc() && end == v.data() + v.size() && n > 0,
+          "--set {}: '{}' is not a positive integer", kv, v);
+    config[key] = n;  // (the config parser bounds every size)
   }
 }
 
@@ -337,7 +342,8 @@ nlohmann::json preset_config(const SynthOptions& opt, const Architecture*& arch)
   check(opt.hot_calls > opt.hot_share && opt.hot_calls < 1,
         "--hot-calls: {} (expected above --hot-share {} and below 1)", opt.hot_calls,
         opt.hot_share);
-  check(opt.layers >= 0, "--layers: {} (expected a positive count)", opt.layers);
+  check(opt.layers >= 0 && opt.layers <= kMaxLayers, "--layers: {} (expected 1 to {})", opt.layers,
+        kMaxLayers);
   if (opt.layers > 0) config["num_hidden_layers"] = opt.layers;
   apply_sets(opt, config);
   return config;
@@ -386,6 +392,11 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
   Context c{opt, arch->parse(config, "config.json", problems), arch->names(), {}, 0};
   check(problems.empty(), "synth: preset '{}': {}", opt.preset,
         problems.empty() ? "" : problems[0]);
+  check(c.spec.num_layers <= kMaxLayers, "synth: preset '{}': {} layers (at most {})", opt.preset,
+        c.spec.num_layers, kMaxLayers);
+  bool moe = false;
+  for (int64_t l = 0; l < c.spec.num_layers; ++l) moe = moe || c.spec.is_moe_layer(l);
+  check(moe, "synth: preset '{}': no layer is a MoE layer with these settings", opt.preset);
   check(opt.experts != "mxfp4" ||
             (c.spec.hidden_size % 32 == 0 && c.spec.expert_intermediate % 32 == 0),
         "synth: preset '{}': hidden_size {} and moe_intermediate_size {} must be multiples of 32 "
@@ -398,6 +409,10 @@ SynthReport write_synthetic(const fs::path& out, const SynthOptions& opt) {
   rep.tau = c.tau;
   rep.hot_calls = hot_call_share(c.tau, c.spec.num_experts, c.spec.experts_per_token, opt.hot_share,
                                  20000, opt.seed + 7);
+  check(std::abs(rep.hot_calls - opt.hot_calls) <= 0.01,
+        "--hot-calls: {} cannot be reached with {} experts and top-{} (the router's scale gives "
+        "{:.3f})",
+        opt.hot_calls, c.spec.num_experts, c.spec.experts_per_token, rep.hot_calls);
   copy_tokenizer(opt, c.spec, dir.path());
   write_shards(dir.path(), plan(c, config), opt, rep);
   config["moetier"] = {{"synthetic",

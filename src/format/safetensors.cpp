@@ -39,9 +39,11 @@ bool read_header_text(const std::filesystem::path& path, Shard& shard, std::stri
   std::ifstream in(path, std::ios::binary);
   std::error_code ec;
   if (!in || !std::filesystem::is_regular_file(path, ec)) {
-    problems.push_back(
-        fmt::format("{}: cannot open: {}", f,
-                    std::filesystem::exists(path, ec) ? std::strerror(errno) : "no such file"));
+    const int err = errno;  // (from the open, when it failed)
+    problems.push_back(fmt::format("{}: cannot open: {}", f,
+                                   !std::filesystem::exists(path, ec) ? "no such file"
+                                   : in                               ? "not a regular file"
+                                                                      : std::strerror(err)));
     return false;
   }
   uint64_t size = std::filesystem::file_size(path, ec);

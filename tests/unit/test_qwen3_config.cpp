@@ -193,6 +193,9 @@ TEST(Qwen3Config, Refusals) {
       {"hidden_size", 0, "field 'hidden_size': 0 must be positive"},
       {"moe_intermediate_size", -32, "field 'moe_intermediate_size': -32 must be positive"},
       {"decoder_sparse_step", 0, "field 'decoder_sparse_step': 0 must be positive"},
+      {"head_dim", 7, "field 'head_dim': 7 must be even"},
+      {"vocab_size", int64_t(1) << 40,
+       "field 'vocab_size': 1099511627776 is too large (at most 2147483648)"},
   });
   Tiny pub;
   pub.transformers_form = false;

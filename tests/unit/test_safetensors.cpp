@@ -269,6 +269,17 @@ TEST(Safetensors, WriterRefusesBadInput) {
   EXPECT_TRUE(fs::is_empty(tmp.path()));
 }
 
+TEST(Safetensors, AShardThatIsNotAFileNamesWhy) {
+  TempDir tmp;
+  fs::create_directories(tmp / "dir.safetensors");
+  const auto dir = parse_problems(tmp / "dir.safetensors");
+  ASSERT_EQ(dir.size(), 1u);
+  EXPECT_NE(dir[0].find("cannot open: not a regular file"), std::string::npos) << dir[0];
+  const auto missing = parse_problems(tmp / "missing.safetensors");
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_NE(missing[0].find("cannot open: no such file"), std::string::npos) << missing[0];
+}
+
 TEST(Safetensors, AtomicDirRemovedUnlessCommitted) {
   TempDir tmp;
   fs::path tmp_path;
@@ -296,6 +307,13 @@ TEST(Safetensors, AtomicDirRemovedUnlessCommitted) {
   std::vector<fs::path> left;
   for (const auto& de : fs::directory_iterator(tmp.path())) left.push_back(de.path().filename());
   EXPECT_EQ(left, std::vector<fs::path>{"ck"});  // no temporary directory left
+  // DIR made by someone else after the AtomicDir: commit refuses (rename would replace it)
+  {
+    AtomicDir late(tmp / "late");
+    fs::create_directories(tmp / "late");
+    EXPECT_THROW(late.commit(), Error);
+  }
+  EXPECT_TRUE(fs::is_empty(tmp / "late"));
   // A parent that does not exist: the cause, not "Success" (errno read after mkdtemp)
   try {
     AtomicDir missing(tmp / "no" / "such" / "ck");

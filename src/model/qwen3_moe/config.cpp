@@ -14,6 +14,9 @@ namespace moetier {
 
 namespace {
 
+// The largest size field accepted (vocabularies, widths, counts): 2^31.
+constexpr int64_t kMaxSize = int64_t(1) << 31;
+
 using json = nlohmann::json;
 
 // Reads typed fields of config.json, recording one line per problem.
@@ -87,6 +90,10 @@ struct Fields {
       bad(name, "{} must be positive", *v);
       return 0;
     }
+    if (*v > kMaxSize) {  // (products of two sizes stay far inside int64)
+      bad(name, "{} is too large (at most {})", *v, kMaxSize);
+      return 0;
+    }
     return *v;
   }
 };
@@ -109,6 +116,8 @@ void parse_sizes(Fields& f, Qwen3MoeConfig& c) {
     else
       c.head_dim = c.hidden_size / c.num_attention_heads;
   }
+  if (c.head_dim % 2 != 0)  // RoPE rotates pairs of dimensions
+    f.bad("head_dim", "{} must be even", c.head_dim);
   if (c.num_attention_heads > 0 && c.num_key_value_heads > 0 &&
       c.num_attention_heads % c.num_key_value_heads != 0)
     f.bad("num_key_value_heads", "num_attention_heads {} is not divisible by {}",
