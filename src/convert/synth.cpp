@@ -234,6 +234,8 @@ void expert_tensors(const Context& c, int64_t layer, int64_t e, std::vector<Plan
 
 double hot_call_share(double tau, int64_t experts, int64_t k, double share, int samples,
                       uint64_t seed) {
+  check(experts > 0 && k > 0 && k <= experts && samples > 0 && share > 0 && share <= 1,
+        "hot_call_share: {} experts, top-{}, {} samples, share {}", experts, k, samples, share);
   const std::vector<double> q = normal_quantiles(experts);
   std::vector<int64_t> calls(static_cast<size_t>(experts), 0);
   std::vector<std::pair<double, int64_t>> l(static_cast<size_t>(experts));

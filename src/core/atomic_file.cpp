@@ -81,8 +81,10 @@ void AtomicFile::commit() {
 }
 
 AtomicDir::AtomicDir(std::filesystem::path final_path) : final_(std::move(final_path)) {
-  std::error_code ec;  // refused now, not after the work (commit checks again)
-  check(!std::filesystem::exists(final_, ec), "{}: already exists", final_.string());
+  std::error_code
+      ec;  // refused now, not after the work (commit checks again); a link, even dangling
+  check(!std::filesystem::exists(std::filesystem::symlink_status(final_, ec)), "{}: already exists",
+        final_.string());
   std::string templ = final_.string() + ".tmp-XXXXXX";
   const bool made = ::mkdtemp(templ.data()) != nullptr;
   const int err = errno;  // (before the arguments below are evaluated)
@@ -99,7 +101,8 @@ AtomicDir::~AtomicDir() {
 void AtomicDir::commit() {
   check(!committed_, "{}: committed twice", final_.string());
   std::error_code ec;
-  check(!std::filesystem::exists(final_, ec), "{}: already exists", final_.string());
+  check(!std::filesystem::exists(std::filesystem::symlink_status(final_, ec)), "{}: already exists",
+        final_.string());
   fsync_dir(tmp_);
   const bool renamed = ::rename(tmp_.c_str(), final_.c_str()) == 0;
   const int err = errno;

@@ -314,6 +314,9 @@ TEST(Safetensors, AtomicDirRemovedUnlessCommitted) {
     EXPECT_THROW(late.commit(), Error);
   }
   EXPECT_TRUE(fs::is_empty(tmp / "late"));
+  // A dangling link at DIR: refused at once too (rename would fail only after the work)
+  fs::create_symlink(tmp / "nowhere", tmp / "link");
+  EXPECT_THROW(AtomicDir(tmp / "link"), Error);
   // A parent that does not exist: the cause, not "Success" (errno read after mkdtemp)
   try {
     AtomicDir missing(tmp / "no" / "such" / "ck");
