@@ -58,10 +58,12 @@ TEST(Synth, HotCallShareGrowsWithTheRouterScale) {
 TEST(Synth, HotCallShareMatchesTheLogitModel) {
   // The logit model at tau 0.9, 64 experts, top-6: the top 17 take 75.9% of
   // the calls (150000 tokens of independent N(0, 1) noise, computed apart).
-  // The estimator once shared its draws between tokens and read 74.0%.
+  // At 3000 tokens a seed (the calibration's count until stop 58) the
+  // estimator that shared its draws between tokens read 74.0% for every seed
+  // 1-8; this one reads 76.1% on their mean (a top-17 of counts leans high).
   double sum = 0;
-  for (uint64_t seed = 1; seed <= 4; ++seed) sum += hot_call_share(0.9, 64, 6, 0.26, 20000, seed);
-  EXPECT_NEAR(sum / 4, 0.759, 0.006);
+  for (uint64_t seed = 1; seed <= 8; ++seed) sum += hot_call_share(0.9, 64, 6, 0.26, 3000, seed);
+  EXPECT_NEAR(sum / 8, 0.759, 0.006);
   // Inputs it cannot estimate from are errors, not undefined behaviour
   EXPECT_THROW(hot_call_share(0.9, 4, 6, 0.26, 100, 1), Error);  // top-6 of 4
   EXPECT_THROW(hot_call_share(0.9, 64, 6, 0.26, 0, 1), Error);   // no samples
