@@ -146,7 +146,7 @@ TEST(Synth, OptionsAndShapesThatCannotWorkAreRefused) {
       {"--hot-share 0.5 --hot-calls 0.4", "--hot-calls: 0.4"},
       {"--layers 0", "--layers"},  // (it once wrote all 43 layers of the preset)
       {"--layers -3", "--layers"},
-      {"--layers 5000", "--layers: 5000"},
+      {"--layers 5000", "5000 layers (at most 1024)"},
       {"--set num_experts=6", "--hot-calls: 0.74 cannot be reached with 6 experts and top-6"},
       {"--set decoder_sparse_step=3", "no layer is a MoE layer"},
       {"--set head_dim=3", "field 'head_dim': 3 must be even"},
